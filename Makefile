@@ -1,0 +1,51 @@
+# wva-adapter developer entry points. Every install step lives here or in pyproject.toml.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PB_DIR := adapter/servers/_keda_pb
+PB_STAMP := $(PB_DIR)/externalscaler_pb2.py
+
+.PHONY: install run test unit lint bench proto clean fmt
+
+install: $(STAMP) $(PB_STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# gRPC stubs are generated from proto/externalscaler.proto, never hand-written or committed.
+$(PB_STAMP): proto/externalscaler.proto $(STAMP)
+	mkdir -p $(PB_DIR)
+	$(BIN)/python -m grpc_tools.protoc -Iadapter/servers/_keda_pb=proto \
+		--python_out=. --pyi_out=. --grpc_python_out=. proto/externalscaler.proto
+	touch $(PB_DIR)/__init__.py $(PB_STAMP)
+
+proto: $(PB_STAMP)
+
+run: install
+	$(BIN)/wva-adapter demo
+
+lint: install
+	$(BIN)/ruff check adapter tests
+	$(BIN)/ruff format --check adapter tests
+	$(BIN)/mypy adapter
+	$(BIN)/lint-imports
+
+unit: install
+	$(BIN)/pytest -q
+
+test: lint unit
+
+bench: install
+	$(BIN)/python -m tests.bench
+
+fmt: install
+	$(BIN)/ruff format adapter tests
+	$(BIN)/ruff check --fix adapter tests
+
+clean:
+	rm -rf $(VENV) $(PB_DIR) .mypy_cache .pytest_cache .ruff_cache build *.egg-info

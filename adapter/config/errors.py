@@ -1,0 +1,34 @@
+"""Turn pydantic validation errors into one-line messages that name source, key, value and range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe(exc: ValidationError, *, source: str) -> list[str]:
+    """One message per problem: `<source>.<key>: <value> — <what is wrong>`.
+
+    >>> # e.g. "wva-saturation-scaling-config[default].kvCacheThreshold: 1.5 — must be <= 1"
+    """
+    messages = []
+    for err in exc.errors(include_url=False):
+        loc = _loc(tuple(err.get("loc", ())))
+        where = f"{source}.{loc}" if loc else source
+        value: Any = err.get("input")
+        msg = str(err.get("msg", "invalid"))
+        if err.get("type") == "extra_forbidden":
+            messages.append(f"{where}: unknown field (value {value!r})")
+        elif err.get("type") == "missing":
+            messages.append(f"{where}: required field is missing")
+        else:
+            messages.append(f"{where}: {value!r} — {msg[0].lower() + msg[1:]}")
+    return messages

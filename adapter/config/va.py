@@ -1,0 +1,160 @@
+"""The VariantAutoscaling custom resource (`llmd.ai/v1alpha1`), validated.
+
+Spec fields follow seed 001 (scaleTargetRef, modelID, minReplicas 1, maxReplicas 2, variantCost "10.0");
+status follows seed 002 (desiredOptimizedAlloc, actuation.applied, conditions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from adapter.config.errors import describe
+from adapter.domain.errors import ManifestError
+from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import (
+    Condition,
+    ConditionType,
+    DesiredAlloc,
+    VariantSpec,
+    VariantStatus,
+)
+from adapter.domain.timefmt import parse_rfc3339_s
+
+GROUP = "llmd.ai"
+VERSION = "v1alpha1"
+KIND = "VariantAutoscaling"
+PLURAL = "variantautoscalings"
+ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
+SCALE_TARGET_KINDS = ("Deployment", "StatefulSet", "LeaderWorkerSet")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ScaleTargetRef(_Strict):
+    kind: Literal["Deployment", "StatefulSet", "LeaderWorkerSet"]
+    name: str = Field(min_length=1)
+    api_version: str = Field(default="apps/v1", alias="apiVersion")
+
+
+class VASpec(_Strict):
+    scale_target_ref: ScaleTargetRef = Field(alias="scaleTargetRef")
+    model_id: str = Field(alias="modelID", min_length=1)
+    min_replicas: int = Field(default=1, ge=0, alias="minReplicas")
+    max_replicas: int = Field(default=2, ge=1, alias="maxReplicas")
+    variant_cost: str = Field(default="10.0", alias="variantCost")
+    variant_id: str | None = Field(default=None, alias="variantID")
+    """Accepted for compatibility with seed 002's examples; not used for decisions."""
+
+    @field_validator("variant_cost")
+    @classmethod
+    def _cost_is_decimal(cls, value: str) -> str:
+        try:
+            cost = float(value)
+        except ValueError:
+            raise ValueError("must be a non-negative decimal string such as \"5.0\"") from None
+        if not math.isfinite(cost) or cost < 0 or value.strip() != value or value.startswith("+"):
+            raise ValueError("must be a non-negative decimal string such as \"5.0\"")
+        return value
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> VASpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) must be less than or equal to maxReplicas ({self.max_replicas})"
+            )
+        return self
+
+
+class VAMetadata(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    name: str = Field(min_length=1)
+    namespace: str = Field(default="default", min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    resource_version: str | None = Field(default=None, alias="resourceVersion")
+    deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
+
+
+class VariantAutoscaling(BaseModel):
+    """A VA object as the API server returns it. Unknown status fields are kept out of the way (ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    api_version: Literal["llmd.ai/v1alpha1"] = Field(default="llmd.ai/v1alpha1", alias="apiVersion")
+    kind: Literal["VariantAutoscaling"] = "VariantAutoscaling"
+    metadata: VAMetadata
+    spec: VASpec
+    status: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> VariantKey:
+        return VariantKey(self.metadata.namespace, self.metadata.name)
+
+    def to_spec(self) -> VariantSpec:
+        ref = self.spec.scale_target_ref
+        return VariantSpec(
+            key=self.key,
+            model_id=self.spec.model_id,
+            target_kind=ref.kind,
+            target_name=ref.name,
+            target_api_version=ref.api_version,
+            min_replicas=self.spec.min_replicas,
+            max_replicas=self.spec.max_replicas,
+            cost=float(self.spec.variant_cost),
+            accelerator=self.metadata.labels.get(ACCELERATOR_LABEL, ""),
+        )
+
+    def to_status(self) -> VariantStatus:
+        return status_from_dict(self.status or {})
+
+
+def parse_va(obj: Mapping[str, Any], *, source: str = "VariantAutoscaling") -> VariantAutoscaling:
+    """Validate one VA object; raise ManifestError with every problem, each naming its field and value."""
+    try:
+        return VariantAutoscaling.model_validate(obj)
+    except ValidationError as exc:
+        name = obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+        label = f"{source} {name}" if name else source
+        raise ManifestError("; ".join(describe(exc, source=label))) from None
+
+
+def _time(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    return parse_rfc3339_s(str(value))
+
+
+def status_from_dict(raw: Mapping[str, Any]) -> VariantStatus:
+    """Read `status` as the API returns it. Malformed timestamps raise ValueError naming the value."""
+    alloc = raw.get("desiredOptimizedAlloc") or {}
+    desired = None
+    if alloc.get("numReplicas") is not None:
+        last_run = _time(alloc.get("lastRunTime"))
+        desired = DesiredAlloc(
+            num_replicas=int(alloc["numReplicas"]),
+            reason=str(alloc.get("reason", "")),
+            last_run_time_s=last_run if last_run is not None else 0.0,
+            last_update_s=_time(alloc.get("lastUpdate")),
+            accelerator=str(alloc.get("accelerator", "")),
+        )
+    conditions = []
+    for cond in raw.get("conditions") or []:
+        try:
+            kind = ConditionType(cond.get("type"))
+        except ValueError:
+            continue
+        conditions.append(
+            Condition(
+                type=kind,
+                status=str(cond.get("status")) == "True",
+                reason=str(cond.get("reason", "")),
+                message=str(cond.get("message", "")),
+                last_transition_s=_time(cond.get("lastTransitionTime")),
+            )
+        )
+    applied = (raw.get("actuation") or {}).get("applied")
+    return VariantStatus(desired=desired, applied=applied, conditions=tuple(conditions))

@@ -1,0 +1,110 @@
+"""What the engine decides, per variant, and why.
+
+A decision always has a reason. "No new decision" is also a value: the engine then holds a previous or
+safe allocation and says so in `reason` and `path`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import Condition
+
+
+class Action(StrEnum):
+    SCALE_UP = "scale-up"
+    SCALE_DOWN = "scale-down"
+    NO_CHANGE = "no-change"
+
+    @classmethod
+    def of(cls, *, target: int, current: int) -> Action:
+        if target > current:
+            return cls.SCALE_UP
+        if target < current:
+            return cls.SCALE_DOWN
+        return cls.NO_CHANGE
+
+
+class DecisionPath(StrEnum):
+    """Which rung of the seed-002 hierarchy produced the decision."""
+
+    OPTIMIZER = "optimizer"
+    FALLBACK = "fallback"
+    LAST_RESORT = "last-resort"
+    SCALE_FROM_ZERO = "scale-from-zero"
+
+
+class AnalyzerName(StrEnum):
+    SATURATION_PERCENTAGE = "saturation-percentage-based"
+    SATURATION_TOKEN = "saturation-token-based"
+    QUEUEING_MODEL = "queueing-model"
+    NONE = "none"
+    """No analyzer ran (fallback, last resort, scale-from-zero)."""
+
+
+_NUMBERS = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|µs|ns|h|m|s))+|\d+(?:\.\d+)?")
+
+
+def reason_family(reason: str) -> str:
+    """The template of a reason: its text with every number and duration replaced by `#`.
+
+    `lastUpdate` moves only when the replica count or the reason's family changes, so a reason that
+    quotes a growing elapsed time ("… (1m30s < 5m) …") cannot keep resetting the retention clock.
+    >>> reason_family("Optimizer returned 0 but retention period not exceeded (1m30s < 5m), preserving allocation")
+    'Optimizer returned # but retention period not exceeded (# < #), preserving allocation'
+    """
+    return _NUMBERS.sub("#", reason)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantDecision:
+    """The desired replica count for one VA, with the evidence a user needs to trust it."""
+
+    key: VariantKey
+    model_id: str
+    desired_replicas: int
+    current_replicas: int
+    reason: str
+    path: DecisionPath
+    analyzer: AnalyzerName
+    accelerator: str = ""
+    cost: float = 0.0
+    metrics_available: bool = True
+    conditions: tuple[Condition, ...] = ()
+    notes: tuple[str, ...] = ()
+    """Extra, human-readable facts (e.g. "transition to 11 not applied after 5m0s; re-deciding")."""
+
+    @property
+    def action(self) -> Action:
+        return Action.of(target=self.desired_replicas, current=self.current_replicas)
+
+    @property
+    def desired_ratio(self) -> float:
+        """desired/current, or desired when current is 0 (upstream's rule)."""
+        if self.current_replicas == 0:
+            return float(self.desired_replicas)
+        return self.desired_replicas / self.current_replicas
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAnalysis:
+    """An analyzer's report for one model, as shown by `replay` (DESIGN §3.2 `analysis` fields)."""
+
+    model: ModelKey
+    analyzer: AnalyzerName
+    analysis: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """Everything one engine cycle produced."""
+
+    now_s: float
+    decisions: Mapping[VariantKey, VariantDecision]
+    analyses: Mapping[ModelKey, ModelAnalysis]
+    warnings: tuple[str, ...] = ()

@@ -1,0 +1,232 @@
+"""The frozen snapshot the engine decides from: what Kubernetes and Prometheus said at one instant.
+
+The k8s/ and metrics/ edges (or a replay fixture, or the simulator) build it; the pure core only reads it.
+Times are seconds since the Unix epoch (`*_s`), so the core does plain arithmetic and never touches a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from adapter.domain.ids import ModelKey, VariantKey
+
+DEFAULT_VARIANT_COST = 10.0
+"""Cost of a variant whose `variantCost` is empty (upstream's default)."""
+
+
+class ConditionType(StrEnum):
+    TARGET_RESOLVED = "TargetResolved"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    OPTIMIZATION_READY = "OptimizationReady"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A `metav1.Condition` without the bookkeeping fields the edge fills in."""
+
+    type: ConditionType
+    status: bool
+    reason: str
+    message: str
+    last_transition_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredAlloc:
+    """`status.desiredOptimizedAlloc` of a VA: the engine's last decision, as persisted."""
+
+    num_replicas: int
+    reason: str
+    last_run_time_s: float
+    last_update_s: float | None
+    """When `num_replicas` or the reason (its template, not its numbers) last changed; None = never set."""
+    accelerator: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class VariantStatus:
+    """The VA status as read from the API server (or carried over by replay)."""
+
+    desired: DesiredAlloc | None = None
+    applied: bool | None = None
+    conditions: tuple[Condition, ...] = ()
+
+    def condition(self, kind: ConditionType) -> Condition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    """`spec` of a VariantAutoscaling, validated (see adapter.config.va)."""
+
+    key: VariantKey
+    model_id: str
+    target_kind: str
+    target_name: str
+    target_api_version: str = "apps/v1"
+    min_replicas: int = 1
+    max_replicas: int = 2
+    cost: float = DEFAULT_VARIANT_COST
+    """Cost of one replica per hour, from `spec.variantCost`."""
+    accelerator: str = ""
+    """From the VA label `inference.optimization/acceleratorName`; the scale target may supply it instead."""
+
+    @property
+    def model(self) -> ModelKey:
+        return ModelKey(self.key.namespace, self.model_id)
+
+
+@dataclass(frozen=True, slots=True)
+class VllmArgs:
+    """Serving parameters parsed from the pod template's vLLM arguments (upstream defaults)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 0
+    max_model_len: int = 0
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    num_gpu_blocks_override: int = 0
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    chunked_prefill: bool = True
+    v1_engine: bool = True
+
+    @property
+    def effective_max_batched_tokens(self) -> int:
+        """Upstream rule: explicit value; else 8192 (V1 chunked) / 2048 (V0 chunked); else max_model_len > 2048; else 2048."""
+        if self.max_num_batched_tokens > 0:
+            return self.max_num_batched_tokens
+        if self.chunked_prefill:
+            return 8192 if self.v1_engine else 2048
+        return self.max_model_len if self.max_model_len > 2048 else 2048
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleTarget:
+    """The Deployment / StatefulSet / LeaderWorkerSet a VA points at."""
+
+    kind: str
+    namespace: str
+    name: str
+    replicas: int
+    """Current replicas: `status.replicas`, or `spec.replicas` when status reports 0."""
+    ready_replicas: int
+    spec_replicas: int | None = None
+    """`spec.replicas` (None = unset, which Kubernetes treats as 1)."""
+    gpus_per_replica: int = 1
+    accelerator: str = ""
+    """From nodeSelector / node affinity (`nvidia.com/gpu.product`, …), if any."""
+    vllm: VllmArgs = field(default_factory=VllmArgs)
+
+    @property
+    def pending_replicas(self) -> int:
+        return max(0, self.replicas - self.ready_replicas)
+
+    @property
+    def active(self) -> bool:
+        """Upstream: a target is active when spec.replicas > 0 (unset counts as 1)."""
+        return (1 if self.spec_replicas is None else self.spec_replicas) > 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodMetrics:
+    """Per-pod results of the collection queries. None = the query returned nothing for this pod."""
+
+    namespace: str
+    pod: str
+    variant: str
+    kv_cache_usage: float | None = None
+    queue_length: float | None = None
+    running_requests: float | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    tokens_in_use: float | None = None
+    avg_input_tokens: float | None = None
+    avg_output_tokens: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    arrival_rate_rps: float | None = None
+    avg_ttft_s: float | None = None
+    avg_itl_s: float | None = None
+    max_batch_size: int | None = None
+
+    @property
+    def total_kv_capacity_tokens(self) -> int:
+        if self.num_gpu_blocks is None or self.block_size is None:
+            return 0
+        return max(0, self.num_gpu_blocks * self.block_size)
+
+    @property
+    def has_saturation_metrics(self) -> bool:
+        """Upstream keeps a pod only if it has KV-cache or queue data."""
+        return self.kv_cache_usage is not None or self.queue_length is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTraffic:
+    """Model-level signals: requests over the retention window and the EPP flow-control queue."""
+
+    key: ModelKey
+    request_count: float | None = None
+    """`sum(increase(vllm:request_success_total[retention]))`; None = no answer (never read as zero)."""
+    epp_queue_size: float | None = None
+    epp_queue_bytes: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    name: str
+    accelerator: str
+    allocatable_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class VariantView:
+    """Everything known about one VA this cycle."""
+
+    spec: VariantSpec
+    status: VariantStatus = field(default_factory=VariantStatus)
+    target: ScaleTarget | None = None
+    """None when the scale target was not found (TargetResolved=False)."""
+
+    @property
+    def key(self) -> VariantKey:
+        return self.spec.key
+
+    @property
+    def accelerator(self) -> str:
+        return self.spec.accelerator or (self.target.accelerator if self.target else "") or (
+            self.status.desired.accelerator if self.status.desired else ""
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One instant of the world, as the engine sees it."""
+
+    taken_at_s: float
+    variants: tuple[VariantView, ...]
+    pods: tuple[PodMetrics, ...] = ()
+    models: Mapping[ModelKey, ModelTraffic] = field(default_factory=dict)
+    nodes: tuple[NodeGpus, ...] = ()
+    metrics_available: bool = True
+    """False when the collection failed this cycle (e.g. Prometheus unreachable)."""
+    unavailable_models: frozenset[ModelKey] = frozenset()
+    """Models whose collection failed or was partial even though others succeeded."""
+
+    def metrics_ok(self, model: ModelKey) -> bool:
+        return self.metrics_available and model not in self.unavailable_models
+
+    def variants_by_model(self) -> dict[ModelKey, list[VariantView]]:
+        groups: dict[ModelKey, list[VariantView]] = {}
+        for view in sorted(self.variants, key=lambda v: v.key):
+            groups.setdefault(view.spec.model, []).append(view)
+        return groups
+
+    def pods_by_variant(self) -> dict[VariantKey, list[PodMetrics]]:
+        out: dict[VariantKey, list[PodMetrics]] = {}
+        for pod in sorted(self.pods, key=lambda p: (p.namespace, p.variant, p.pod)):
+            out.setdefault(VariantKey(pod.namespace, pod.variant), []).append(pod)
+        return out
