@@ -56,9 +56,9 @@ class _Entry(BaseModel):
 
 
 class SaturationEntry(_Entry):
-    analyzer_name: Literal["", "saturation", "saturation-percentage-based", "saturation-token-based"] | None = (
-        Field(default=None, alias="analyzerName")
-    )
+    analyzer_name: (
+        Literal["", "saturation", "saturation-percentage-based", "saturation-token-based"] | None
+    ) = Field(default=None, alias="analyzerName")
     kv_cache_threshold: float | None = Field(default=None, alias="kvCacheThreshold", ge=0, le=1)
     queue_length_threshold: float | None = Field(default=None, alias="queueLengthThreshold", ge=0)
     kv_spare_trigger: float | None = Field(default=None, alias="kvSpareTrigger", ge=0, le=1)

@@ -57,9 +57,9 @@ class VASpec(_Strict):
         try:
             cost = float(value)
         except ValueError:
-            raise ValueError("must be a non-negative decimal string such as \"5.0\"") from None
+            raise ValueError('must be a non-negative decimal string such as "5.0"') from None
         if not math.isfinite(cost) or cost < 0 or value.strip() != value or value.startswith("+"):
-            raise ValueError("must be a non-negative decimal string such as \"5.0\"")
+            raise ValueError('must be a non-negative decimal string such as "5.0"')
         return value
 
     @model_validator(mode="after")

@@ -197,8 +197,10 @@ class VariantView:
 
     @property
     def accelerator(self) -> str:
-        return self.spec.accelerator or (self.target.accelerator if self.target else "") or (
-            self.status.desired.accelerator if self.status.desired else ""
+        return (
+            self.spec.accelerator
+            or (self.target.accelerator if self.target else "")
+            or (self.status.desired.accelerator if self.status.desired else "")
         )
 
 

@@ -88,7 +88,9 @@ class DecisionStore:
 
         return unsubscribe
 
-    def publish(self, decisions: Mapping[VariantKey, VariantDecision], *, now_s: float) -> frozenset[VariantKey]:
+    def publish(
+        self, decisions: Mapping[VariantKey, VariantDecision], *, now_s: float
+    ) -> frozenset[VariantKey]:
         """Replace the whole set: VAs absent from `decisions` are removed (a deleted VA stops being served).
 
         Returns the keys whose served values changed (added, removed, or different desired/current).

@@ -1,0 +1,284 @@
+"""Saturation analyzer, percentage-based (V1), as seed 000 specifies it.
+
+A replica is *saturated* when `kv_cache_usage >= kvCacheThreshold` or `queue_length >= queueLengthThreshold`.
+Over the non-saturated replicas of the whole model we average the spare capacity
+
+    spare_kv_i = kvCacheThreshold - kv_i          spare_queue_i = queueLengthThreshold - queue_i
+
+and scale up when `avg_spare_kv < kvSpareTrigger` or `avg_spare_queue < queueSpareTrigger` (strict). Scale-down
+is safe when at least 2 replicas are non-saturated and, after removing one of the N, the load redistributed
+by the factor N/(N-1) still leaves `>=` the triggers. Worked example (thresholds 0.80/5, triggers 0.10/3),
+four replicas at kv 0.2 and queue 0:
+
+    avg_spare_kv = 0.6, avg_spare_queue = 5
+    load_kv = 0.8 - 0.6 = 0.2 → 0.2 · 4/3 = 0.267 → remaining spare 0.533 >= 0.10
+    load_q  = 5 - 5 = 0       → 0                → remaining spare 5     >= 3     → safe
+
+Targets (`calculate_targets`) move one replica at a time: the cheapest variant without pending replicas
+gains one, or the most expensive variant above one replica loses one (ties: alphabetically first for
+up, last for down). The whole model is frozen while any variant is in transition (a previous desired not
+yet reached, or pods not all reporting), so the analyzer never decides on half-started capacity.
+
+Ours, not upstream's (docs/deviations.md): a transition that stays unapplied longer than
+`transition_timeout_s` (an HPA tolerance band can swallow a ±1 step forever) stops blocking the model;
+scale-up skips a variant already at maxReplicas and scale-down skips one at minReplicas, so the step goes to
+the next eligible variant instead of being clamped away.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adapter.config.configmaps import SaturationConfig
+from adapter.domain.snapshot import PodMetrics
+from adapter.domain.timefmt import format_duration
+
+MIN_NON_SATURATED_FOR_SCALE_DOWN = 2
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSaturation:
+    """Per-variant breakdown of the analysis."""
+
+    name: str
+    cost: float
+    replica_count: int
+    """Pods reporting metrics (upstream: 'ready replicas')."""
+    non_saturated_count: int
+    saturated_pods: tuple[str, ...]
+    avg_spare_kv: float
+    avg_spare_queue: float
+    max_kv_cache_usage: float
+    max_queue_length: float
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationAnalysis:
+    total_replicas: int
+    non_saturated_count: int
+    avg_spare_kv: float
+    avg_spare_queue: float
+    should_scale_up: bool
+    scale_down_safe: bool
+    scale_up_reason: str
+    variants: tuple[VariantSaturation, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        """The `analysis` object of a replay result (DESIGN §3.2)."""
+        return {
+            "total_replicas": self.total_replicas,
+            "non_saturated_count": self.non_saturated_count,
+            "avg_spare_kv": round(self.avg_spare_kv, 6),
+            "avg_spare_queue": round(self.avg_spare_queue, 6),
+            "should_scale_up": self.should_scale_up,
+            "scale_down_safe": self.scale_down_safe,
+        }
+
+
+def _valid(value: float | None) -> float:
+    """A missing kv or queue reading counts as 0, as upstream does; invalid ones never reach here."""
+    return 0.0 if value is None else value
+
+
+def analyze(
+    pods: Iterable[PodMetrics], *, cfg: SaturationConfig, costs: Mapping[str, float]
+) -> SaturationAnalysis:
+    """Analyse the model's reporting pods. `pods` must hold only finite, non-negative kv/queue values."""
+    by_variant: dict[str, list[PodMetrics]] = {}
+    for pod in pods:
+        by_variant.setdefault(pod.variant, []).append(pod)
+
+    variants: list[VariantSaturation] = []
+    sum_spare_kv = sum_spare_queue = 0.0
+    non_saturated_total = 0
+    for name in sorted(by_variant):
+        members = sorted(by_variant[name], key=lambda p: p.pod)
+        saturated: list[str] = []
+        spare_kv = spare_queue = 0.0
+        max_kv = max_queue = 0.0
+        for pod in members:
+            kv, queue = _valid(pod.kv_cache_usage), _valid(pod.queue_length)
+            max_kv, max_queue = max(max_kv, kv), max(max_queue, queue)
+            if kv >= cfg.kv_cache_threshold or queue >= cfg.queue_length_threshold:
+                saturated.append(pod.pod)
+                continue
+            spare_kv += cfg.kv_cache_threshold - kv
+            spare_queue += cfg.queue_length_threshold - queue
+        non_saturated = len(members) - len(saturated)
+        non_saturated_total += non_saturated
+        sum_spare_kv += spare_kv
+        sum_spare_queue += spare_queue
+        variants.append(
+            VariantSaturation(
+                name=name,
+                cost=costs.get(name, 0.0),
+                replica_count=len(members),
+                non_saturated_count=non_saturated,
+                saturated_pods=tuple(saturated),
+                avg_spare_kv=spare_kv / non_saturated if non_saturated else 0.0,
+                avg_spare_queue=spare_queue / non_saturated if non_saturated else 0.0,
+                max_kv_cache_usage=max_kv,
+                max_queue_length=max_queue,
+            )
+        )
+
+    avg_kv = sum_spare_kv / non_saturated_total if non_saturated_total else 0.0
+    avg_queue = sum_spare_queue / non_saturated_total if non_saturated_total else 0.0
+    kv_low = avg_kv < cfg.kv_spare_trigger
+    queue_low = avg_queue < cfg.queue_spare_trigger
+    total = sum(v.replica_count for v in variants)
+    return SaturationAnalysis(
+        total_replicas=total,
+        non_saturated_count=non_saturated_total,
+        avg_spare_kv=avg_kv,
+        avg_spare_queue=avg_queue,
+        should_scale_up=total > 0 and (kv_low or queue_low),
+        scale_down_safe=_scale_down_safe(non_saturated_total, avg_kv, avg_queue, cfg),
+        scale_up_reason=_scale_up_reason(kv_low, queue_low, avg_kv, avg_queue, cfg) if total else "",
+        variants=tuple(variants),
+    )
+
+
+def _scale_down_safe(n: int, avg_kv: float, avg_queue: float, cfg: SaturationConfig) -> bool:
+    if n < MIN_NON_SATURATED_FOR_SCALE_DOWN:
+        return False
+    factor = n / (n - 1)
+    remaining_kv = cfg.kv_cache_threshold - (cfg.kv_cache_threshold - avg_kv) * factor
+    remaining_queue = cfg.queue_length_threshold - (cfg.queue_length_threshold - avg_queue) * factor
+    return remaining_kv >= cfg.kv_spare_trigger and remaining_queue >= cfg.queue_spare_trigger
+
+
+def _scale_up_reason(kv_low: bool, queue_low: bool, kv: float, q: float, cfg: SaturationConfig) -> str:
+    kv_text = f"KV spare ({kv:.3f} < {cfg.kv_spare_trigger:.3f})"
+    q_text = f"queue spare ({q:.1f} < {cfg.queue_spare_trigger:.1f})"
+    if kv_low and queue_low:
+        return f"both {kv_text} and {q_text}"
+    if kv_low:
+        return f"{kv_text} low"
+    if queue_low:
+        return f"{q_text} low"
+    return ""
+
+
+# ---- targets ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VariantReplicaState:
+    """What the targets step needs to know about one variant besides its metrics."""
+
+    name: str
+    cost: float
+    current_replicas: int
+    desired_replicas: int
+    """The previous decision (VA status); 0 = none."""
+    pending_replicas: int
+    min_replicas: int
+    max_replicas: int
+    desired_since_s: float | None = None
+    """When the previous decision was made (status lastUpdate); None = unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotReportingSince:
+    """First time we saw `reporting != current` for a variant, with the counts that were seen."""
+
+    current: int
+    reporting: int
+    since_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TargetResult:
+    targets: Mapping[str, int]
+    """One target per variant that has metrics; variants without metrics are absent (no decision)."""
+    blocked: bool
+    block_reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    scaled: str | None = None
+    """The variant the ±1 step went to, if any."""
+    not_reporting: Mapping[str, NotReportingSince] = field(default_factory=dict)
+
+
+def calculate_targets(
+    analysis: SaturationAnalysis,
+    states: Sequence[VariantReplicaState],
+    *,
+    now_s: float,
+    transition_timeout_s: float,
+    not_reporting: Mapping[str, NotReportingSince],
+) -> TargetResult:
+    """Seed 000's CalculateSaturationTargets with transition blocking, cascade prevention and bounds."""
+    state_of = {s.name: s for s in states}
+    analysed = [v for v in analysis.variants if v.name in state_of]
+    if not analysed:
+        return TargetResult(targets={}, blocked=False)
+
+    block_reasons: list[str] = []
+    notes: list[str] = []
+    still_not_reporting: dict[str, NotReportingSince] = {}
+    pending_desired: dict[str, int] = {}
+    for v in analysed:
+        s = state_of[v.name]
+        if s.desired_replicas != 0 and s.desired_replicas != s.current_replicas:
+            age = None if s.desired_since_s is None else now_s - s.desired_since_s
+            if age is not None and age >= transition_timeout_s:
+                notes.append(
+                    f"{v.name}: transition to {s.desired_replicas} not applied after {format_duration(age)} "
+                    f"(current {s.current_replicas}); re-deciding from current"
+                )
+            else:
+                pending_desired[v.name] = s.desired_replicas
+                block_reasons.append(
+                    f"{v.name}: desired {s.desired_replicas} != current {s.current_replicas}"
+                )
+        if v.replica_count != s.current_replicas:
+            seen = not_reporting.get(v.name)
+            if seen is None or (seen.current, seen.reporting) != (s.current_replicas, v.replica_count):
+                seen = NotReportingSince(s.current_replicas, v.replica_count, now_s)
+            still_not_reporting[v.name] = seen
+            if now_s - seen.since_s >= transition_timeout_s:
+                notes.append(
+                    f"{v.name}: {v.replica_count} of {s.current_replicas} pods reporting for "
+                    f"{format_duration(now_s - seen.since_s)}; deciding from the reporting pods"
+                )
+            else:
+                block_reasons.append(
+                    f"{v.name}: {v.replica_count} of {s.current_replicas} pods reporting metrics"
+                )
+
+    if block_reasons:
+        targets = {v.name: pending_desired.get(v.name, state_of[v.name].current_replicas) for v in analysed}
+        return TargetResult(targets, True, tuple(block_reasons), tuple(notes), None, still_not_reporting)
+
+    targets = {v.name: v.replica_count for v in analysed}
+    scaled: str | None = None
+    if analysis.should_scale_up:
+        eligible = [
+            v
+            for v in analysed
+            if state_of[v.name].pending_replicas == 0 and targets[v.name] < state_of[v.name].max_replicas
+        ]
+        if eligible:
+            pick = min(eligible, key=lambda v: (state_of[v.name].cost, v.name))
+            targets[pick.name] += 1
+            scaled = pick.name
+        else:
+            notes.append("scale-up needed but every variant has pending replicas or is at maxReplicas")
+    elif analysis.scale_down_safe:
+        eligible = [v for v in analysed if targets[v.name] > max(1, state_of[v.name].min_replicas)]
+        if eligible:
+            pick = max(eligible, key=lambda v: (state_of[v.name].cost, v.name))
+            targets[pick.name] -= 1
+            scaled = pick.name
+
+    for name, target in targets.items():
+        s = state_of[name]
+        targets[name] = min(max(target, s.min_replicas), s.max_replicas)
+    return TargetResult(targets, False, (), tuple(notes), scaled, still_not_reporting)
+
+
+def finite_non_negative(value: float | None) -> bool:
+    return value is None or (math.isfinite(value) and value >= 0)

@@ -1,0 +1,68 @@
+"""`wva-adapter check-config`: validate VariantAutoscaling manifests and WVA ConfigMaps before applying them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from adapter.config.configmaps import KNOWN_CONFIGMAPS, parse_configmap
+from adapter.config.va import parse_va
+from adapter.domain.errors import ManifestError
+
+
+@dataclass
+class Report:
+    ok: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def check_files(paths: list[Path]) -> Report:
+    report = Report()
+    for path in paths:
+        try:
+            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except OSError as exc:
+            report.errors.append(f"{path}: cannot read: {exc.strerror}")
+            continue
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+            report.errors.append(f"{path}{where}: malformed YAML: {getattr(exc, 'problem', exc)}")
+            continue
+        for index, doc in enumerate(docs):
+            if doc is None:
+                continue
+            _check_doc(report, f"{path}#{index + 1}", doc)
+    return report
+
+
+def _check_doc(report: Report, where: str, doc: Any) -> None:
+    if not isinstance(doc, dict):
+        report.errors.append(f"{where}: a manifest must be a mapping, got {type(doc).__name__}")
+        return
+    kind = doc.get("kind")
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    name = metadata.get("name", "?")
+    if kind == "VariantAutoscaling":
+        try:
+            va = parse_va(doc)
+        except ManifestError as exc:
+            report.errors.append(f"{where}: {exc}")
+            return
+        report.ok.append(f"{where}: VariantAutoscaling {va.key} (model {va.spec.model_id})")
+    elif kind == "ConfigMap" and name in KNOWN_CONFIGMAPS:
+        data = doc.get("data") or {}
+        if not isinstance(data, dict):
+            report.errors.append(f"{where}: ConfigMap {name}.data must be a mapping")
+            return
+        parsed = parse_configmap(namespace=metadata.get("namespace", "default"), name=name, data=data)
+        if parsed.errors:
+            report.errors.extend(f"{where}: {message}" for message in parsed.errors)
+        else:
+            report.ok.append(f"{where}: ConfigMap {name} ({len(parsed.entries)} entries)")
+    else:
+        report.skipped.append(f"{where}: {kind or 'unknown kind'} {name} is not a VA or WVA ConfigMap; not checked")

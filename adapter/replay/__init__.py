@@ -1,0 +1,1 @@
+"""`wva-adapter replay`: run the decision engine over recorded snapshots and check expectations."""

@@ -1,0 +1,108 @@
+"""Play a fixture's cycles through the engine, carrying VA status and engine state from cycle to cycle."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from adapter import engine
+from adapter.config.configmaps import ConfigSet
+from adapter.config.engine import EngineConfig
+from adapter.config.va import VariantAutoscaling
+from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import ModelTraffic, NodeGpus, ScaleTarget, Snapshot, VariantStatus, VariantView
+from adapter.domain.timefmt import format_rfc3339, parse_rfc3339_s
+from adapter.replay import fixture as fx
+
+RESULT_SCHEMA = "wva-replay-result/v1"
+
+
+def run(
+    fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env: str | None = None
+) -> dict[str, Any]:
+    """Return the `wva-replay-result/v1` document for one fixture."""
+    configmaps = ConfigSet.from_raw(
+        fx.configmap_triples(fixture),
+        controller_namespace=fixture.controller_namespace,
+        scale_to_zero_env=scale_to_zero_env,
+    )
+    config = EngineConfig(configmaps=configmaps)
+    statuses: dict[VariantKey, VariantStatus] = {va.key: va.to_status() for va in vas}
+    specs = {va.key: va.to_spec() for va in vas}
+    state = engine.EngineState()
+    targets: dict[tuple[str, str], ScaleTarget] = {}
+    models: dict[Any, ModelTraffic] = {}
+    nodes: tuple[NodeGpus, ...] = ()
+    cycles_out = []
+    passed = True
+    for cycle in fixture.cycles:
+        now_s = parse_rfc3339_s(cycle.now)
+        if cycle.scale_targets is not None:
+            targets = {(t.namespace, t.name): fx.scale_target(t) for t in cycle.scale_targets}
+        if cycle.models is not None:
+            models = {m.key: m for m in map(fx.model_traffic, cycle.models)}
+        if cycle.nodes is not None:
+            nodes = tuple(map(fx.node, cycle.nodes))
+        views = tuple(
+            VariantView(
+                spec=replace(spec, accelerator=spec.accelerator),
+                status=statuses[key],
+                target=targets.get((key.namespace, spec.target_name)),
+            )
+            for key, spec in sorted(specs.items())
+        )
+        snapshot = Snapshot(
+            taken_at_s=now_s,
+            variants=views,
+            pods=tuple(map(fx.pod_metrics, cycle.pods)),
+            models=models,
+            nodes=nodes,
+            metrics_available=cycle.prometheus == "ok",
+        )
+        result, state = engine.decide(snapshot, state, config, now_s)
+        statuses.update(engine.statuses(result, snapshot))
+        mismatches = _mismatches(cycle, result.decisions)
+        passed = passed and not mismatches
+        cycles_out.append(
+            {
+                "now": format_rfc3339(now_s),
+                "decisions": {
+                    str(key): {
+                        "desired_replicas": d.desired_replicas,
+                        "current_replicas": d.current_replicas,
+                        "reason": d.reason,
+                        "analyzer": str(d.analyzer),
+                        "path": str(d.path),
+                        **({"notes": list(d.notes)} if d.notes else {}),
+                    }
+                    for key, d in sorted(result.decisions.items())
+                },
+                "models": {
+                    str(key): {"analyzer": str(a.analyzer), "analysis": dict(a.analysis)}
+                    for key, a in sorted(result.analyses.items())
+                },
+                "mismatches": mismatches,
+            }
+        )
+    return {"schema": RESULT_SCHEMA, "name": fixture.name, "cycles": cycles_out, "passed": passed}
+
+
+def _mismatches(cycle: fx.FixtureCycle, decisions: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for key_text, want in sorted(cycle.expect.items()):
+        got = decisions.get(VariantKey.parse(key_text))
+        if got is None:
+            out.append({"variant": key_text, "field": "decision", "expected": "a decision", "actual": None})
+            continue
+        if want.desired_replicas is not None and got.desired_replicas != want.desired_replicas:
+            out.append(
+                {
+                    "variant": key_text,
+                    "field": "desired_replicas",
+                    "expected": want.desired_replicas,
+                    "actual": got.desired_replicas,
+                }
+            )
+        if want.reason is not None and want.reason not in got.reason:
+            out.append({"variant": key_text, "field": "reason", "expected": want.reason, "actual": got.reason})
+    return out
