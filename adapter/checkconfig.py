@@ -45,7 +45,8 @@ def _check_doc(report: Report, where: str, doc: Any) -> None:
         report.errors.append(f"{where}: a manifest must be a mapping, got {type(doc).__name__}")
         return
     kind = doc.get("kind")
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    raw_metadata = doc.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
     name = metadata.get("name", "?")
     if kind == "VariantAutoscaling":
         try:

@@ -62,7 +62,7 @@ class EngineState:
 class _ModelOutcome:
     held: dict[str, fallback.Held]
     analyzer: AnalyzerName
-    analysis: dict[str, object]
+    analysis: Mapping[str, object]
     metrics_reason: str
     notes: tuple[str, ...] = ()
     block_reasons: tuple[str, ...] = ()
@@ -84,11 +84,22 @@ def decide(
         s2z_cfg, s2z_warn = config.configmaps.scale_to_zero(model)
         config_warnings = tuple(dict.fromkeys(sat_warn + s2z_warn))
         warnings.extend(config_warnings)
-        outcome = _decide_model(model, views, pods_by_variant, snapshot, state, sat_cfg, s2z_cfg, now_s)
+        outcome = _decide_model(
+            model,
+            views=views,
+            pods_by_variant=pods_by_variant,
+            snapshot=snapshot,
+            state=state,
+            sat_cfg=sat_cfg,
+            s2z_cfg=s2z_cfg,
+            now_s=now_s,
+        )
         analyses[model] = ModelAnalysis(model, outcome.analyzer, outcome.analysis)
         for view in views:
             held = outcome.held[view.key.name]
-            decision, alloc = _finish(view, held, outcome, config_warnings, snapshot, state, now_s)
+            decision, alloc = _finish(
+                view, held, outcome=outcome, config_warnings=config_warnings, state=state, now_s=now_s
+            )
             decisions[view.key] = decision
             allocations[view.key] = alloc
             if (seen := outcome.not_reporting.get(view.key.name)) is not None:
@@ -119,9 +130,7 @@ def _previous(view: VariantView, state: EngineState) -> tuple[DesiredAlloc | Non
     """The newer of this process's memory and the VA status; True when memory is the source."""
     remembered = state.allocations.get(view.key)
     persisted = view.status.desired
-    if remembered is not None and (
-        persisted is None or remembered.last_run_time_s >= persisted.last_run_time_s
-    ):
+    if remembered is not None and (persisted is None or remembered.last_run_time_s >= persisted.last_run_time_s):
         return remembered, True
     return persisted, remembered is not None
 
@@ -149,16 +158,14 @@ def _fallback_variants(views: Sequence[VariantView], state: EngineState) -> list
 
 def _usable(pod: PodMetrics) -> bool:
     return (
-        all(
-            value is None or (math.isfinite(value) and value >= 0)
-            for value in (pod.kv_cache_usage, pod.queue_length)
-        )
+        all(value is None or (math.isfinite(value) and value >= 0) for value in (pod.kv_cache_usage, pod.queue_length))
         and pod.has_saturation_metrics
     )
 
 
 def _decide_model(
     model: ModelKey,
+    *,
     views: Sequence[VariantView],
     pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
     snapshot: Snapshot,
@@ -183,10 +190,8 @@ def _decide_model(
     if not snapshot.metrics_ok(model) or not pods:
         reason = "PrometheusError" if not snapshot.metrics_ok(model) else "MetricsMissing"
         held = fallback.decide_without_solution(fb_variants, now_s=now_s, cfg=s2z_cfg)
-        analysis = {
-            "reason": "metrics unavailable" if reason == "PrometheusError" else "no pod reports metrics"
-        }
-        return _ModelOutcome(held, AnalyzerName.NONE, analysis, reason, tuple(notes))
+        why = {"reason": "metrics unavailable" if reason == "PrometheusError" else "no pod reports metrics"}
+        return _ModelOutcome(held, AnalyzerName.NONE, dict(why), reason, tuple(notes))
 
     costs = {v.key.name: v.spec.cost for v in views}
     analysis = v1.analyze(pods, cfg=sat_cfg, costs=costs)
@@ -234,9 +239,9 @@ def _decide_model(
                 reasons[s.name] = f"saturation-only mode: {action}"
         else:
             prev = previous_of[s.name]
-            held = prev.num_replicas if prev is not None and prev.num_replicas > 0 else s.current_replicas
-            targets[s.name] = held
-            reasons[s.name] = f"saturation-only mode: holding {held} (no metrics from this variant's pods)"
+            hold = prev.num_replicas if prev is not None and prev.num_replicas > 0 else s.current_replicas
+            targets[s.name] = hold
+            reasons[s.name] = f"saturation-only mode: holding {hold} (no metrics from this variant's pods)"
 
     traffic = snapshot.models.get(model)
     enforced = enforce(
@@ -246,14 +251,12 @@ def _decide_model(
         cfg=s2z_cfg,
     )
     if enforced.applied:
-        for name, target in enforced.targets.items():
-            if target != targets[name]:
-                action = Action.of(target=target, current=state_of[name].current_replicas)
+        for name, enforced_target in enforced.targets.items():
+            if enforced_target != targets[name]:
+                action = Action.of(target=enforced_target, current=state_of[name].current_replicas)
                 reasons[name] = f"saturation-only mode: {action} (enforced: {enforced.applied})"
         notes.append(enforced.applied)
-    held = fallback.protect_zero(
-        enforced.targets, variants=fb_variants, now_s=now_s, cfg=s2z_cfg, reasons=reasons
-    )
+    held = fallback.protect_zero(enforced.targets, variants=fb_variants, now_s=now_s, cfg=s2z_cfg, reasons=reasons)
     return _ModelOutcome(
         held=held,
         analyzer=AnalyzerName.SATURATION_PERCENTAGE,
@@ -271,9 +274,9 @@ def _decide_model(
 def _finish(
     view: VariantView,
     held: fallback.Held,
+    *,
     outcome: _ModelOutcome,
     config_warnings: tuple[str, ...],
-    snapshot: Snapshot,
     state: EngineState,
     now_s: float,
 ) -> tuple[VariantDecision, DesiredAlloc]:
@@ -352,9 +355,7 @@ def _alloc_for(decision: VariantDecision, previous: DesiredAlloc | None, now_s: 
     )
 
 
-def _merge_conditions(
-    old: Sequence[Condition], new: Sequence[Condition], now_s: float
-) -> tuple[Condition, ...]:
+def _merge_conditions(old: Sequence[Condition], new: Sequence[Condition], now_s: float) -> tuple[Condition, ...]:
     """metav1 semantics: lastTransitionTime changes only when a condition's status flips."""
     old_by_type = {c.type: c for c in old}
     merged = []

@@ -82,9 +82,7 @@ def _valid(value: float | None) -> float:
     return 0.0 if value is None else value
 
 
-def analyze(
-    pods: Iterable[PodMetrics], *, cfg: SaturationConfig, costs: Mapping[str, float]
-) -> SaturationAnalysis:
+def analyze(pods: Iterable[PodMetrics], *, cfg: SaturationConfig, costs: Mapping[str, float]) -> SaturationAnalysis:
     """Analyse the model's reporting pods. `pods` must hold only finite, non-negative kv/queue values."""
     by_variant: dict[str, list[PodMetrics]] = {}
     for pod in pods:
@@ -222,7 +220,7 @@ def calculate_targets(
     pending_desired: dict[str, int] = {}
     for v in analysed:
         s = state_of[v.name]
-        if s.desired_replicas != 0 and s.desired_replicas != s.current_replicas:
+        if s.desired_replicas not in (0, s.current_replicas):
             age = None if s.desired_since_s is None else now_s - s.desired_since_s
             if age is not None and age >= transition_timeout_s:
                 notes.append(
@@ -231,9 +229,7 @@ def calculate_targets(
                 )
             else:
                 pending_desired[v.name] = s.desired_replicas
-                block_reasons.append(
-                    f"{v.name}: desired {s.desired_replicas} != current {s.current_replicas}"
-                )
+                block_reasons.append(f"{v.name}: desired {s.desired_replicas} != current {s.current_replicas}")
         if v.replica_count != s.current_replicas:
             seen = not_reporting.get(v.name)
             if seen is None or (seen.current, seen.reporting) != (s.current_replicas, v.replica_count):
@@ -245,9 +241,7 @@ def calculate_targets(
                     f"{format_duration(now_s - seen.since_s)}; deciding from the reporting pods"
                 )
             else:
-                block_reasons.append(
-                    f"{v.name}: {v.replica_count} of {s.current_replicas} pods reporting metrics"
-                )
+                block_reasons.append(f"{v.name}: {v.replica_count} of {s.current_replicas} pods reporting metrics")
 
     if block_reasons:
         targets = {v.name: pending_desired.get(v.name, state_of[v.name].current_replicas) for v in analysed}

@@ -19,7 +19,7 @@ Where we differ from upstream WVA, and why (see docs/deviations.md):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal, TypeVar
 
 import yaml
@@ -56,9 +56,9 @@ class _Entry(BaseModel):
 
 
 class SaturationEntry(_Entry):
-    analyzer_name: (
-        Literal["", "saturation", "saturation-percentage-based", "saturation-token-based"] | None
-    ) = Field(default=None, alias="analyzerName")
+    analyzer_name: Literal["", "saturation", "saturation-percentage-based", "saturation-token-based"] | None = Field(
+        default=None, alias="analyzerName"
+    )
     kv_cache_threshold: float | None = Field(default=None, alias="kvCacheThreshold", ge=0, le=1)
     queue_length_threshold: float | None = Field(default=None, alias="queueLengthThreshold", ge=0)
     kv_spare_trigger: float | None = Field(default=None, alias="kvSpareTrigger", ge=0, le=1)
@@ -305,7 +305,7 @@ class ConfigSet:
                 f"{SATURATION_CM}: scaleUpThreshold {cfg.scale_up_threshold} must exceed scaleDownBoundary "
                 f"{cfg.scale_down_boundary} for {model}; using 0.85 / 0.70"
             )
-            cfg = _replace(cfg, scale_up_threshold=0.85, scale_down_boundary=0.70)
+            cfg = replace(cfg, scale_up_threshold=0.85, scale_down_boundary=0.70)
         return cfg, warnings
 
     def scale_to_zero(self, model: ModelKey) -> tuple[ScaleToZeroConfig, list[str]]:
@@ -331,9 +331,3 @@ class ConfigSet:
         if merged.get("slo_multiplier", 0) == 0:
             merged.pop("slo_multiplier", None)
         return QueueingConfig(**merged), warnings
-
-
-def _replace(cfg: SaturationConfig, **changes: Any) -> SaturationConfig:
-    from dataclasses import replace
-
-    return replace(cfg, **changes)

@@ -110,7 +110,7 @@ def _apply(args: VllmArgs, key: str, value: str) -> VllmArgs:
         return replace(args, kv_cache_dtype=value)
     try:
         if key in _INT_ARGS:
-            return replace(args, **{key: int(value)})
+            return replace(args, **{key: int(value)})  # type: ignore[arg-type]
         if key == "gpu_memory_utilization":
             return replace(args, gpu_memory_utilization=float(value))
     except ValueError:

@@ -96,7 +96,8 @@ class VllmArgs:
 
     @property
     def effective_max_batched_tokens(self) -> int:
-        """Upstream rule: explicit value; else 8192 (V1 chunked) / 2048 (V0 chunked); else max_model_len > 2048; else 2048."""
+        """Upstream rule: explicit value; else 8192 (V1, chunked) or 2048 (V0, chunked);
+        else max_model_len when > 2048; else 2048."""
         if self.max_num_batched_tokens > 0:
             return self.max_num_batched_tokens
         if self.chunked_prefill:

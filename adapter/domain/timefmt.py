@@ -44,7 +44,7 @@ def format_duration(seconds: float) -> str:
         return "0s"
     if seconds < 1:
         return f"{round(seconds * 1000):d}ms"
-    whole = int(math.floor(seconds))
+    whole = math.floor(seconds)
     frac = seconds - whole
     hours, rem = divmod(whole, 3600)
     minutes, secs = divmod(rem, 60)

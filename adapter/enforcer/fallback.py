@@ -107,7 +107,9 @@ def _last_resort(v: FallbackVariant, group: Sequence[FallbackVariant], cfg: Scal
     path = DecisionPath.LAST_RESORT
     prev = v.previous
     if prev is not None and v.current_replicas > prev.num_replicas:
-        reason = f"Last resort: deployment discovered late, using current={v.current_replicas} (was {prev.num_replicas})"
+        reason = (
+            f"Last resort: deployment discovered late, using current={v.current_replicas} (was {prev.num_replicas})"
+        )
         return Held(clamp(v.current_replicas, v.bounds), reason, path)
     if prev is not None:
         desired = clamp(prev.num_replicas, v.bounds)
@@ -127,9 +129,7 @@ def _last_resort(v: FallbackVariant, group: Sequence[FallbackVariant], cfg: Scal
         reason = "Last resort: first run with current=0, using safe default of 1 (waiting for deployment discovery)"
         return Held(clamp(1, v.bounds), reason, path)
     desired = clamp(v.current_replicas, v.bounds)
-    return Held(
-        desired, f"Last resort: first run, using current deployment replicas={v.current_replicas}", path
-    )
+    return Held(desired, f"Last resort: first run, using current deployment replicas={v.current_replicas}", path)
 
 
 def _scenario(
@@ -197,8 +197,7 @@ def protect_zero(
             elapsed = format_duration(now_s - prev.last_update_s)
             period = format_duration_short(cfg.retention_period_s)
             reason = (
-                f"Optimizer returned 0 but retention period not exceeded ({elapsed} < {period}), "
-                "preserving allocation"
+                f"Optimizer returned 0 but retention period not exceeded ({elapsed} < {period}), preserving allocation"
             )
             out[v.name] = Held(clamp(prev.num_replicas, v.bounds), reason, DecisionPath.OPTIMIZER)
         else:

@@ -58,7 +58,5 @@ def enforce(
         keep = cheapest(variants)
         out = {v.name: 0 for v in variants}
         out[keep.name] = 1
-        return EnforcedTargets(
-            out, f"minimum one replica on the cheapest variant {keep.name} (scale-to-zero off)"
-        )
+        return EnforcedTargets(out, f"minimum one replica on the cheapest variant {keep.name} (scale-to-zero off)")
     return EnforcedTargets(out)

@@ -199,7 +199,8 @@ def _check_references(fixture: Fixture, vas: Sequence[VariantAutoscaling]) -> No
         for p, pod in enumerate(cycle.pods):
             if f"{pod.namespace}/{pod.variant}" not in names:
                 raise FixtureError(
-                    f"$.cycles[{c}].pods[{p}].variant", f"{pod.variant!r} names no VariantAutoscaling in {pod.namespace}"
+                    f"$.cycles[{c}].pods[{p}].variant",
+                    f"{pod.variant!r} names no VariantAutoscaling in {pod.namespace}",
                 )
 
 

@@ -17,9 +17,7 @@ from adapter.replay import fixture as fx
 RESULT_SCHEMA = "wva-replay-result/v1"
 
 
-def run(
-    fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env: str | None = None
-) -> dict[str, Any]:
+def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env: str | None = None) -> dict[str, Any]:
     """Return the `wva-replay-result/v1` document for one fixture."""
     configmaps = ConfigSet.from_raw(
         fx.configmap_triples(fixture),

@@ -10,6 +10,7 @@ into their loop (`loop.call_soon_threadsafe`). That keeps it usable from replay,
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ class DecisionStore:
         self._lock = threading.Lock()
         self._entries: dict[VariantKey, StoredDecision] = {}
         self._version = 0
-        self._listeners: list[Listener] = []
+        self._listeners: builtins.list[Listener] = []
 
     @property
     def version(self) -> int:
@@ -70,7 +71,7 @@ class DecisionStore:
     def get(self, key: VariantKey) -> StoredDecision | None:
         return self._entries.get(key)
 
-    def list(self, namespace: str | None = None) -> list[StoredDecision]:
+    def list(self, namespace: str | None = None) -> builtins.list[StoredDecision]:
         entries = list(self._entries.values())
         if namespace is not None:
             entries = [e for e in entries if e.key.namespace == namespace]
@@ -88,9 +89,7 @@ class DecisionStore:
 
         return unsubscribe
 
-    def publish(
-        self, decisions: Mapping[VariantKey, VariantDecision], *, now_s: float
-    ) -> frozenset[VariantKey]:
+    def publish(self, decisions: Mapping[VariantKey, VariantDecision], *, now_s: float) -> frozenset[VariantKey]:
         """Replace the whole set: VAs absent from `decisions` are removed (a deleted VA stops being served).
 
         Returns the keys whose served values changed (added, removed, or different desired/current).
@@ -140,7 +139,7 @@ class DecisionStore:
         return True
 
     @staticmethod
-    def _notify(changed: frozenset[VariantKey], listeners: list[Listener]) -> frozenset[VariantKey]:
+    def _notify(changed: frozenset[VariantKey], listeners: builtins.list[Listener]) -> frozenset[VariantKey]:
         if changed:
             for listener in listeners:
                 listener(changed)
