@@ -70,7 +70,7 @@ def _scale_up(request: ScalingRequest, targets: dict[str, int]) -> Allocation:
         room = v.max_replicas - targets[v.name]
         if room <= 0:
             continue
-        add = min(math.ceil(remaining / v.per_replica_capacity), room)
+        add = min(max(1, math.ceil(remaining / v.per_replica_capacity)), room)
         targets[v.name] += add
         remaining -= add * v.per_replica_capacity
     return Allocation(targets, max(0.0, remaining))
