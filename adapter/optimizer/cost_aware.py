@@ -10,11 +10,14 @@ variant. Worked example: required 5000 tokens; variants A (cost 5, 2000 tok/repl
 B (cost 15, 8000 tok/replica → 0.001875/token): B first, ceil(5000/8000) = 1 replica of B.
 
 Scale-down walks variants by absolute cost, most expensive first, removing `floor(remaining / capacity)`
-replicas down to minReplicas; the cheapest variant keeps one replica when no other variant has any.
+replicas down to minReplicas; the last variant still serving keeps one replica (going to zero is the
+enforcer's decision, made on evidence of no traffic, never the optimizer's).
 
 Where we differ from upstream (docs/deviations.md): ties are broken by name, not by an unstable sort, so
 the result never depends on input order; a variant with unknown capacity (no metrics, capacity <= 0) is
-never chosen and never counted as free (upstream gave it cost 0, making it the "cheapest").
+never chosen and never counted as free (upstream gave it cost 0, making it the "cheapest"); upstream protects
+only the cheapest variant at one replica, so when only an expensive variant serves it can empty the model and
+the enforcer then cold-starts the cheapest one; we keep the last serving variant at one instead.
 """
 
 from __future__ import annotations
@@ -79,13 +82,12 @@ def _scale_up(request: ScalingRequest, targets: dict[str, int]) -> Allocation:
 def _scale_down(request: ScalingRequest, targets: dict[str, int]) -> Allocation:
     remaining = request.spare
     known = [v for v in request.variants if v.per_replica_capacity > 0]
-    cheapest = min(known, key=lambda v: (v.cost, v.name)).name if known else None
     for v in sorted(known, key=lambda v: (v.cost, v.name), reverse=True):
         if remaining <= 0:
             break
         floor_replicas = v.min_replicas
         others_serving = any(targets[o.name] > 0 for o in request.variants if o.name != v.name)
-        if v.name == cheapest and not others_serving:
+        if not others_serving:
             floor_replicas = max(floor_replicas, 1)
         removable = targets[v.name] - floor_replicas
         take = min(math.floor(remaining / v.per_replica_capacity), removable)
