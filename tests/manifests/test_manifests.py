@@ -1,0 +1,1126 @@
+"""The manifests under manifests/, rendered by the real `kubectl kustomize` and checked object by object.
+
+Built-in kinds are checked strictly against the kubernetes client's models (unknown fields fail), the CRD's
+schema is checked structurally and against adapter.config.va, the example VariantAutoscalings are validated
+against the CRD schema and by parse_va, and the RBAC, security, APIService, HPA and KEDA wiring is asserted.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from adapter.checkconfig import check_files
+from adapter.config.configmaps import (
+    CONFIGMAP_LABEL,
+    DEFAULT_CONTROLLER_NAMESPACE,
+    SATURATION_CM,
+    SCALE_TO_ZERO_CM,
+    ConfigSet,
+    SaturationConfig,
+    parse_configmap,
+)
+from adapter.config.va import GROUP, KIND, PLURAL, SCALE_TARGET_KINDS, VERSION, ScaleTargetRef, VASpec, parse_va
+from adapter.domain.errors import ManifestError
+from adapter.domain.ids import ModelKey
+from adapter.domain.snapshot import ConditionType
+from tests.manifests.render import KUSTOMIZATIONS, MANIFESTS, REPO, find, object_id, one, render
+from tests.manifests.strict import (
+    BUILTIN_MODELS,
+    apply_defaults,
+    deserialize,
+    schema_errors,
+    strict_errors,
+)
+
+NS = DEFAULT_CONTROLLER_NAMESPACE
+SA = "wva-adapter"
+SERVED_METRICS = ("wva_desired_replicas", "wva_current_replicas", "wva_desired_ratio")
+# `serve` flags of DESIGN.md §3.5 (seed 001's plus ours).
+SERVE_FLAGS = frozenset(
+    {
+        "--config-file",
+        "--metrics-bind-address",
+        "--health-probe-bind-address",
+        "--leader-elect",
+        "--watch-namespace",
+        "--leader-election-lease-duration",
+        "--leader-election-renew-deadline",
+        "--rest-client-timeout",
+        "--kubeconfig",
+        "--prometheus-url",
+        "--secure-port",
+        "--keda-grpc-address",
+        "--tls-cert-file",
+        "--tls-private-key-file",
+    }
+)
+READ = frozenset({"get", "list", "watch"})
+
+
+def _all_rendered() -> list[tuple[str, dict[str, Any]]]:
+    return [(rel, obj) for rel in KUSTOMIZATIONS for obj in render(rel)]
+
+
+def _crd() -> dict[str, Any]:
+    return one(render("manifests"), "CustomResourceDefinition", f"{PLURAL}.{GROUP}")
+
+
+def _schema() -> dict[str, Any]:
+    version = _crd()["spec"]["versions"][0]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _deployment() -> dict[str, Any]:
+    return one(render("manifests"), "Deployment", "wva-adapter")
+
+
+def _container() -> dict[str, Any]:
+    containers = _deployment()["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def _example_vas() -> list[dict[str, Any]]:
+    return find(render("manifests/examples"), KIND)
+
+
+# ---- rendering ---------------------------------------------------------------------------------------------
+
+
+def test_every_kustomization_is_listed() -> None:
+    on_disk = {str(p.parent.relative_to(REPO)) for p in MANIFESTS.rglob("kustomization.yaml")}
+    assert on_disk == set(KUSTOMIZATIONS)
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_kustomization_renders_unique_objects(rel: str) -> None:
+    objs = render(rel)
+    assert objs, f"{rel} rendered nothing"
+    ids = [object_id(o) for o in objs]
+    assert len(ids) == len(set(ids)), f"duplicate objects in {rel}: {ids}"
+    for obj in objs:
+        assert obj.get("apiVersion"), obj
+        assert obj.get("kind"), obj
+        assert obj.get("metadata", {}).get("name"), obj
+
+
+def test_full_install_is_the_union_of_its_parts() -> None:
+    parts = {object_id(o) for rel in ("crd", "rbac", "deploy", "apiservice") for o in render(f"manifests/{rel}")}
+    assert {object_id(o) for o in render("manifests")} == parts
+
+
+def test_keda_mode_is_the_full_install_without_the_external_metrics_path() -> None:
+    full = {object_id(o) for o in render("manifests")}
+    keda = {object_id(o) for o in render("manifests/keda-mode")}
+    assert full - keda == {object_id(o) for o in render("manifests/apiservice")}
+    assert keda <= full
+    assert not find(render("manifests/keda-mode"), "APIService")
+
+
+# ---- strict validation of every built-in object -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "obj"),
+    [pytest.param(rel, obj, id=f"{rel}:{object_id(obj)}") for rel, obj in _all_rendered()],
+)
+def test_object_is_strictly_valid(rel: str, obj: dict[str, Any]) -> None:
+    key = (obj["apiVersion"], obj["kind"])
+    if key == (f"{GROUP}/{VERSION}", KIND):
+        assert schema_errors(apply_defaults(obj, _schema()), _schema()) == []
+        parse_va(obj)
+        return
+    if key == ("keda.sh/v1alpha1", "ScaledObject"):
+        assert scaled_object_errors(obj) == []
+        return
+    assert key in BUILTIN_MODELS, f"{rel}: no validator for {key}; add it to BUILTIN_MODELS"
+    model = BUILTIN_MODELS[key]
+    assert strict_errors(obj, model) == []
+    deserialize(obj, model)  # required fields and value types, through the client's own models
+
+
+def _valid_deployment() -> dict[str, Any]:
+    return copy.deepcopy(_deployment())
+
+
+def _set(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    node: Any = obj
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[parts[-1]] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("model", "make", "expected"),
+    [
+        pytest.param(
+            "V1Deployment",
+            lambda: _set(
+                _valid_deployment(), "spec.template.spec.containers.0.securityContext.readOnlyRootFileSystem", True
+            ),
+            "$.spec.template.spec.containers[0].securityContext.readOnlyRootFileSystem: unknown field",
+            id="misspelled-container-field",
+        ),
+        pytest.param(
+            "V1Deployment",
+            lambda: _set(_valid_deployment(), "spec.replica", 2),
+            "$.spec.replica: unknown field",
+            id="misspelled-spec-field",
+        ),
+        pytest.param(
+            "V1Deployment",
+            lambda: _set(_valid_deployment(), "spec.replicas", "2"),
+            "$.spec.replicas: expected int",
+            id="wrong-type",
+        ),
+        pytest.param(
+            "V1Deployment",
+            lambda: _set(_valid_deployment(), "spec.template.spec.containers.0.livenessProbe.httpGet.port", 1.5),
+            "$.spec.template.spec.containers[0].livenessProbe.httpGet.port: expected an int or a string",
+            id="int-or-string",
+        ),
+        pytest.param(
+            "V1Deployment",
+            lambda: _set(_valid_deployment(), "metadata.labels", {"a": 1}),
+            "$.metadata.labels.a: expected str",
+            id="label-not-a-string",
+        ),
+        pytest.param(
+            "V2HorizontalPodAutoscaler",
+            lambda: _set(
+                copy.deepcopy(find(render("manifests/examples/hpa"), "HorizontalPodAutoscaler")[0]),
+                "spec.behavior.scaleUp.tolerence",
+                "0",
+            ),
+            "$.spec.behavior.scaleUp.tolerence: unknown field",
+            id="hpa-behavior",
+        ),
+        pytest.param(
+            "V1CustomResourceDefinition",
+            lambda: _set(
+                copy.deepcopy(_crd()),
+                "spec.versions.0.schema.openAPIV3Schema.properties.spec.properties.modelID.minlength",
+                1,
+            ),
+            "modelID.minlength: unknown field of V1JSONSchemaProps",
+            id="crd-schema-keyword",
+        ),
+        pytest.param(
+            "V1CustomResourceDefinition",
+            lambda: _set(
+                copy.deepcopy(_crd()),
+                "spec.versions.0.schema.openAPIV3Schema.properties.status.properties.conditions.items.properties"
+                ".type.maxlength",
+                316,
+            ),
+            "conditions.items.properties.type.maxlength: unknown field",
+            id="crd-schema-under-items",
+        ),
+    ],
+)
+def test_strict_checker_catches(model: str, make: Any, expected: str) -> None:
+    errors = strict_errors(make(), model)
+    assert any(expected in e for e in errors), errors
+
+
+def test_strict_checker_accepts_numeric_quantities() -> None:
+    obj = _set(_valid_deployment(), "spec.template.spec.containers.0.resources.requests.cpu", 1)
+    assert strict_errors(obj, "V1Deployment") == []
+
+
+# ---- the CRD ---------------------------------------------------------------------------------------------
+
+
+def test_crd_identity() -> None:
+    crd = _crd()
+    spec = crd["spec"]
+    assert spec["group"] == GROUP
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"] == {
+        "kind": KIND,
+        "listKind": f"{KIND}List",
+        "plural": PLURAL,
+        "singular": KIND.lower(),
+        "shortNames": ["va"],
+        "categories": ["llmd", "wva"],
+    }
+    [version] = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == (VERSION, True, True)
+    assert version["subresources"] == {"status": {}}
+
+
+PRINTER_COLUMNS = [
+    ("Target", "string", ".spec.scaleTargetRef.name", 0),
+    ("Model", "string", ".spec.modelID", 0),
+    ("Min", "integer", ".spec.minReplicas", 0),
+    ("Max", "integer", ".spec.maxReplicas", 0),
+    ("Cost", "string", ".spec.variantCost", 1),
+    ("Optimized", "integer", ".status.desiredOptimizedAlloc.numReplicas", 0),
+    ("MetricsReady", "string", '.status.conditions[?(@.type=="MetricsAvailable")].status', 0),
+    ("Reason", "string", ".status.desiredOptimizedAlloc.reason", 1),
+    ("Age", "date", ".metadata.creationTimestamp", 0),
+]
+
+
+def test_crd_printer_columns() -> None:
+    columns = _crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    actual = [(c["name"], c["type"], c["jsonPath"], c.get("priority", 0)) for c in columns]
+    assert actual == PRINTER_COLUMNS
+
+
+def _schema_at(json_path: str) -> dict[str, Any] | None:
+    """Follow a printer-column JSONPath through the schema (filters step into array items)."""
+    node: dict[str, Any] | None = _schema()
+    for part in re.findall(r"\.(\w+)(\[\?\([^]]*\)\])?", json_path):
+        name, filt = part
+        if node is None:
+            return None
+        node = (node.get("properties") or {}).get(name)
+        if node is not None and filt:
+            node = node.get("items")
+    return node
+
+
+@pytest.mark.parametrize(
+    ("name", "json_path"),
+    [pytest.param(name, path, id=name) for name, _, path, _ in PRINTER_COLUMNS if not path.startswith(".metadata")],
+)
+def test_printer_column_points_into_the_schema(name: str, json_path: str) -> None:
+    assert _schema_at(json_path) is not None, f"column {name}: {json_path} is not in the schema"
+
+
+def test_metrics_ready_column_names_a_real_condition() -> None:
+    assert ConditionType.METRICS_AVAILABLE.value == "MetricsAvailable"
+
+
+def _walk(schema: dict[str, Any], path: str = "$") -> list[tuple[str, dict[str, Any]]]:
+    nodes = [(path, schema)]
+    for name, sub in (schema.get("properties") or {}).items():
+        nodes += _walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        nodes += _walk(schema["items"], f"{path}[]")
+    return nodes
+
+
+def test_crd_schema_is_structural() -> None:
+    for path, node in _walk(_schema()):
+        assert node.get("type") in {"object", "array", "string", "integer", "number", "boolean"}, path
+        for req in node.get("required") or []:
+            assert req in (node.get("properties") or {}), f"{path}: required {req!r} is not a property"
+        if node["type"] == "array":
+            assert "items" in node, path
+        if node.get("x-kubernetes-list-type") == "map":
+            for key in node["x-kubernetes-list-map-keys"]:
+                assert key in node["items"]["required"], f"{path}: list-map key {key!r} must be required"
+        if "default" in node:
+            assert schema_errors(node["default"], node, path) == [], f"{path}: default does not validate"
+        if "pattern" in node:
+            re.compile(node["pattern"])
+
+
+def test_crd_spec_and_status_shape() -> None:
+    schema = _schema()
+    assert set(schema["properties"]) == {"apiVersion", "kind", "metadata", "spec", "status"}
+    spec = schema["properties"]["spec"]
+    assert spec["required"] == ["scaleTargetRef", "modelID"]
+    assert spec["x-kubernetes-validations"] == [
+        {
+            "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+            "message": "minReplicas must be less than or equal to maxReplicas",
+        }
+    ]
+    status = schema["properties"]["status"]["properties"]
+    assert set(status) == {"desiredOptimizedAlloc", "actuation", "conditions"}
+    assert set(status["desiredOptimizedAlloc"]["properties"]) == {
+        "numReplicas",
+        "lastRunTime",
+        "lastUpdate",
+        "reason",
+        "accelerator",
+    }
+    assert status["actuation"]["properties"] == {"applied": {"type": "boolean"}}
+    conditions = status["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert set(conditions["items"]["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
+
+
+def _constraints(field: Any) -> dict[str, Any]:
+    """The pydantic field's bounds, named as in OpenAPI (annotated_types Ge / MinLen metadata)."""
+    out: dict[str, Any] = {}
+    for meta in field.metadata:
+        kind = type(meta).__name__
+        if kind == "Ge":
+            out["minimum"] = meta.ge
+        elif kind == "MinLen":
+            out["minLength"] = meta.min_length
+        else:
+            raise AssertionError(f"unexpected constraint {meta!r}: teach the CRD agreement test about it")
+    return out
+
+
+# Code defaults the CRD deliberately does not declare, with the reason.
+CODE_ONLY_DEFAULTS = {
+    # A CRD default of apps/v1 would be wrong for LeaderWorkerSet; the code's default is a convenience.
+    ("scaleTargetRef", "apiVersion"),
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "schema_path"),
+    [
+        pytest.param(VASpec, ("spec",), id="spec"),
+        pytest.param(ScaleTargetRef, ("spec", "scaleTargetRef"), id="scaleTargetRef"),
+    ],
+)
+def test_crd_and_code_agree_on_fields_defaults_and_bounds(model: type[BaseModel], schema_path: tuple[str, ...]) -> None:
+    node = _schema()
+    for part in schema_path:
+        node = node["properties"][part]
+    props = node["properties"]
+    fields = {(f.alias or name): f for name, f in model.model_fields.items()}
+    assert set(fields) == set(props), "spec fields differ between the CRD and adapter.config.va"
+    assert {a for a, f in fields.items() if f.is_required()} == set(node.get("required") or [])
+    for alias, field in fields.items():
+        prop = props[alias]
+        where = f"{'.'.join(schema_path)}.{alias}"
+        if "default" in prop:
+            assert prop["default"] == field.default, where
+        elif not field.is_required() and field.default is not None:
+            assert (schema_path[-1], alias) in CODE_ONLY_DEFAULTS, f"{where}: code default {field.default!r} not in CRD"
+        crd_bounds = {k: prop[k] for k in ("minimum", "minLength") if k in prop}
+        assert crd_bounds == _constraints(field), where
+    if "kind" in props:
+        assert tuple(props["kind"]["enum"]) == SCALE_TARGET_KINDS
+
+
+VALID_SPEC: dict[str, Any] = {
+    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "v"},
+    "modelID": "meta/llama-3.1-8b",
+}
+
+
+def _va(spec_changes: dict[str, Any] | None = None, drop: tuple[str, ...] = (), status: Any = None) -> dict[str, Any]:
+    spec = copy.deepcopy(VALID_SPEC) | (spec_changes or {})
+    for key in drop:
+        spec.pop(key)
+    obj: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "v", "namespace": "llm"},
+        "spec": spec,
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def _crd_accepts(obj: dict[str, Any]) -> list[str]:
+    return schema_errors(apply_defaults(obj, _schema()), _schema())
+
+
+def _code_accepts(obj: dict[str, Any]) -> str | None:
+    try:
+        parse_va(obj)
+    except ManifestError as exc:
+        return str(exc)
+    return None
+
+
+GOOD_STATUS = {
+    "desiredOptimizedAlloc": {
+        "numReplicas": 3,
+        "lastRunTime": "2026-01-01T00:00:30Z",
+        "lastUpdate": "2026-01-01T00:00:00Z",
+        "reason": "Optimizer solution: cost and latency optimized allocation",
+        "accelerator": "L4",
+    },
+    "actuation": {"applied": True},
+    "conditions": [
+        {
+            "type": "MetricsAvailable",
+            "status": "True",
+            "reason": "MetricsFound",
+            "message": "Saturation metrics data is available for scaling decisions",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+            "observedGeneration": 1,
+        },
+        {
+            "type": "TargetResolved",
+            "status": "False",
+            "reason": "TargetNotFound",
+            "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(_va(), id="minimal"),
+        pytest.param(_va({"minReplicas": 0, "maxReplicas": 1}), id="scale-to-zero"),
+        pytest.param(_va({"minReplicas": 5, "maxReplicas": 5}), id="min-equals-max"),
+        pytest.param(_va({"variantCost": "0"}), id="cost-zero"),
+        pytest.param(_va({"variantCost": "12.25"}), id="cost-decimal"),
+        pytest.param(_va({"variantID": "meta/llama-3.1-8b-A100-4"}), id="variantID"),
+        pytest.param(
+            _va(
+                {
+                    "scaleTargetRef": {
+                        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                        "kind": "LeaderWorkerSet",
+                        "name": "w",
+                    }
+                }
+            ),
+            id="lws",
+        ),
+        pytest.param(_va({"scaleTargetRef": {"kind": "StatefulSet", "name": "s"}}), id="sts-no-apiversion"),
+        pytest.param(_va(status=GOOD_STATUS), id="full-status"),
+    ],
+)
+def test_crd_and_code_both_accept(obj: dict[str, Any]) -> None:
+    assert _crd_accepts(obj) == []
+    assert _code_accepts(obj) is None
+
+
+@pytest.mark.parametrize(
+    ("obj", "crd_message"),
+    [
+        pytest.param(_va(drop=("scaleTargetRef",)), "missing required field 'scaleTargetRef'", id="no-target"),
+        pytest.param(_va(drop=("modelID",)), "missing required field 'modelID'", id="no-model"),
+        pytest.param(_va({"modelID": ""}), "shorter than minLength", id="empty-model"),
+        pytest.param(_va({"scaleTargetRef": {"kind": "ReplicaSet", "name": "r"}}), "is not one of", id="bad-kind"),
+        pytest.param(
+            _va({"scaleTargetRef": {"kind": "Deployment", "name": ""}}), "shorter than minLength", id="empty-name"
+        ),
+        pytest.param(_va({"scaleTargetRef": {"kind": "Deployment"}}), "missing required field 'name'", id="no-name"),
+        pytest.param(_va({"minReplicas": -1}), "less than the minimum 0", id="negative-min"),
+        pytest.param(_va({"maxReplicas": 0}), "less than the minimum 1", id="zero-max"),
+        pytest.param(
+            _va({"minReplicas": 4, "maxReplicas": 3}), "minReplicas must be less than or equal", id="min-gt-max"
+        ),
+        pytest.param(_va({"minReplicas": 3}), "minReplicas must be less than or equal", id="min-gt-default-max"),
+        pytest.param(_va({"variantCost": 5}), "expected string", id="cost-number"),
+        pytest.param(_va({"variantCost": "abc"}), "does not match the pattern", id="cost-text"),
+        pytest.param(_va({"variantCost": "-1"}), "does not match the pattern", id="cost-negative"),
+        pytest.param(_va({"variantCost": "+1"}), "does not match the pattern", id="cost-plus"),
+        pytest.param(_va({"variantCost": " 1"}), "does not match the pattern", id="cost-space"),
+        pytest.param(_va({"variantCost": "nan"}), "does not match the pattern", id="cost-nan"),
+        pytest.param(_va({"variantCost": "inf"}), "does not match the pattern", id="cost-inf"),
+        pytest.param(_va({"variantCost": ""}), "does not match the pattern", id="cost-empty"),
+        pytest.param(_va({"minReplica": 1}), "$.spec.minReplica: unknown field", id="misspelled-field"),
+    ],
+)
+def test_crd_and_code_both_reject(obj: dict[str, Any], crd_message: str) -> None:
+    errors = _crd_accepts(obj)
+    assert any(crd_message in e for e in errors), errors
+    assert _code_accepts(obj) is not None, "adapter.config.va accepted what the CRD rejects"
+
+
+# The CRD rejects these; adapter.config.va (pydantic lax mode, float()) currently accepts them, which makes
+# `check-config` more lenient than `kubectl apply`. Only the CRD side is asserted here.
+@pytest.mark.parametrize(
+    ("spec_changes", "crd_message"),
+    [
+        pytest.param({"maxReplicas": "3"}, "expected integer", id="max-string"),
+        pytest.param({"variantCost": "1e3"}, "does not match the pattern", id="cost-exponent"),
+        pytest.param({"variantCost": ".5"}, "does not match the pattern", id="cost-leading-dot"),
+        pytest.param({"variantCost": "5."}, "does not match the pattern", id="cost-trailing-dot"),
+        pytest.param({"variantCost": "1_000"}, "does not match the pattern", id="cost-underscore"),
+        pytest.param({"variantCost": "\u0663"}, "does not match the pattern", id="cost-non-ascii-digit"),
+    ],
+)
+def test_crd_rejects(spec_changes: dict[str, Any], crd_message: str) -> None:
+    errors = _crd_accepts(_va(spec_changes))
+    assert any(crd_message in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        pytest.param({"desiredOptimizedAlloc": {"numReplicas": -1}}, "less than the minimum 0", id="negative-replicas"),
+        pytest.param({"desiredOptimizedAlloc": {"lastRunTime": "yesterday"}}, "not an RFC 3339", id="bad-time"),
+        pytest.param({"currentAlloc": {}}, "$.status.currentAlloc: unknown field", id="unknown-status-field"),
+        pytest.param(
+            {"conditions": [GOOD_STATUS["conditions"][0], GOOD_STATUS["conditions"][0]]},
+            "duplicate list-map key",
+            id="duplicate-condition",
+        ),
+        pytest.param(
+            {"conditions": [GOOD_STATUS["conditions"][0] | {"status": "Yes"}]}, "is not one of", id="condition-status"
+        ),
+        pytest.param(
+            {"conditions": [GOOD_STATUS["conditions"][0] | {"reason": ""}]}, "shorter than minLength", id="empty-reason"
+        ),
+        pytest.param(
+            {"conditions": [{k: v for k, v in GOOD_STATUS["conditions"][0].items() if k != "message"}]},
+            "missing required field 'message'",
+            id="condition-without-message",
+        ),
+    ],
+)
+def test_crd_rejects_bad_status(status: dict[str, Any], message: str) -> None:
+    errors = _crd_accepts(_va(status=status))
+    assert any(message in e for e in errors), errors
+
+
+def test_code_reads_every_status_field_the_crd_declares() -> None:
+    status = parse_va(_va(status=GOOD_STATUS)).to_status()
+    assert status.desired is not None
+    assert (status.desired.num_replicas, status.desired.accelerator) == (3, "L4")
+    assert status.desired.reason.startswith("Optimizer solution")
+    assert status.desired.last_update_s is not None
+    assert status.desired.last_run_time_s - status.desired.last_update_s == 30
+    assert status.applied is True
+    assert [c.type for c in status.conditions] == [ConditionType.METRICS_AVAILABLE, ConditionType.TARGET_RESOLVED]
+
+
+def test_crd_defaults_match_what_the_code_fills_in() -> None:
+    defaulted = apply_defaults(_va(), _schema())["spec"]
+    parsed = parse_va(_va()).spec
+    assert (defaulted["minReplicas"], defaulted["maxReplicas"], defaulted["variantCost"]) == (
+        parsed.min_replicas,
+        parsed.max_replicas,
+        parsed.variant_cost,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(cost=st.from_regex(r"[0-9]{1,12}(\.[0-9]{1,12})?", fullmatch=True))
+def test_every_cost_the_crd_admits_is_accepted_by_the_code(cost: str) -> None:
+    obj = _va({"variantCost": cost})
+    assert _crd_accepts(obj) == []
+    assert _code_accepts(obj) is None
+
+
+# ---- example VariantAutoscalings --------------------------------------------------------------------------
+
+VA_FILES = sorted((MANIFESTS / "examples").glob("va-*.yaml"))
+
+
+def test_example_va_files_exist_and_are_rendered() -> None:
+    assert [p.name for p in VA_FILES] == ["va-llama-8b-a100.yaml", "va-llama-8b-l4.yaml"]
+    assert {o["metadata"]["name"] for o in _example_vas()} == {"llama-8b-l4", "llama-8b-a100"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in VA_FILES])
+def test_example_va_file(path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    assert [d["kind"] for d in docs] == [KIND], "va-*.yaml files hold VariantAutoscalings only"
+    for doc in docs:
+        assert _crd_accepts(doc) == []
+        parse_va(doc)
+    report = check_files([path])
+    assert report.errors == []
+    assert len(report.ok) == len(docs)
+
+
+def test_example_variants_form_one_model_with_different_costs() -> None:
+    vas = {o["metadata"]["name"]: parse_va(o) for o in _example_vas()}
+    assert {v.spec.model_id for v in vas.values()} == {"meta/llama-3.1-8b"}
+    assert {v.key.namespace for v in vas.values()} == {"llm"}
+    assert {name: float(v.spec.variant_cost) for name, v in vas.items()} == {"llama-8b-l4": 0.8, "llama-8b-a100": 3.5}
+    assert {(v.spec.min_replicas, v.spec.max_replicas) for v in vas.values()} == {(1, 10)}
+    assert {v.to_spec().accelerator for v in vas.values()} == {"L4", "A100"}
+
+
+@pytest.mark.parametrize("va", [pytest.param(v, id=v["metadata"]["name"]) for v in _example_vas()])
+def test_example_scale_target(va: dict[str, Any]) -> None:
+    ref = va["spec"]["scaleTargetRef"]
+    deploy = one(render("manifests/examples"), ref["kind"], ref["name"])
+    assert deploy["metadata"]["namespace"] == va["metadata"]["namespace"]
+    assert "replicas" not in deploy["spec"], "the HPA/KEDA owns spec.replicas"
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["nvidia.com/gpu.product"]
+    [container] = pod["containers"]
+    assert "--max-num-seqs" in container["args"]
+    resources = container["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "1"
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in deploy["spec"]["selector"]["matchLabels"].items())
+
+
+# ---- RBAC -------------------------------------------------------------------------------------------------
+
+EXPECTED_ADAPTER_RULES = {
+    ("llmd.ai", "variantautoscalings"): READ,
+    ("llmd.ai", "variantautoscalings/status"): {"get", "patch", "update"},
+    ("apps", "deployments"): READ,
+    ("apps", "statefulsets"): READ,
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): READ,
+    ("", "pods"): READ,
+    ("", "configmaps"): READ,
+    ("", "nodes"): READ,
+    ("inference.networking.k8s.io", "inferencepools"): READ,
+    ("inference.networking.x-k8s.io", "inferencepools"): READ,
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+EXPECTED_LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "patch"}}
+EXPECTED_HPA_READER_RULES = {("external.metrics.k8s.io", m): READ for m in SERVED_METRICS}
+
+
+def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _expand(expected: dict[tuple[str, str], Any]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for (g, r), verbs in expected.items() for v in verbs}
+
+
+ROLES = ("ClusterRole", "Role")
+
+
+@pytest.mark.parametrize("role", [pytest.param(o, id=object_id(o)) for o in render("manifests") if o["kind"] in ROLES])
+def test_role_has_no_wildcards_or_secrets(role: dict[str, Any]) -> None:
+    for rule in role["rules"]:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[key], f"{key} wildcard in {rule}"
+        assert "nonResourceURLs" not in rule
+        assert "secrets" not in rule["resources"]
+        assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "expected"),
+    [
+        pytest.param("ClusterRole", "wva-adapter", EXPECTED_ADAPTER_RULES, id="adapter"),
+        pytest.param("Role", "wva-adapter-leader-election", EXPECTED_LEASE_RULES, id="leader-election"),
+        pytest.param("ClusterRole", "wva-adapter-external-metrics-reader", EXPECTED_HPA_READER_RULES, id="hpa-reader"),
+    ],
+)
+def test_role_grants_exactly(kind: str, name: str, expected: dict[tuple[str, str], Any]) -> None:
+    assert _grants(one(render("manifests"), kind, name)) == _expand(expected)
+
+
+def test_adapter_never_writes_workloads() -> None:
+    role = one(render("manifests"), "ClusterRole", "wva-adapter")
+    writes = {"create", "update", "patch", "delete"}
+    for group, resource, verb in _grants(role):
+        if verb in writes:
+            assert resource in {"variantautoscalings/status", "events"}, (group, resource, verb)
+
+
+def test_leader_election_role_lives_in_the_controller_namespace() -> None:
+    assert one(render("manifests"), "Role", "wva-adapter-leader-election")["metadata"]["namespace"] == NS
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "namespace", "role_kind", "role_name", "subject"),
+    [
+        pytest.param("ClusterRoleBinding", "wva-adapter", None, "ClusterRole", "wva-adapter", (NS, SA), id="adapter"),
+        pytest.param(
+            "RoleBinding",
+            "wva-adapter-leader-election",
+            NS,
+            "Role",
+            "wva-adapter-leader-election",
+            (NS, SA),
+            id="leader-election",
+        ),
+        pytest.param(
+            "ClusterRoleBinding",
+            "wva-adapter:system:auth-delegator",
+            None,
+            "ClusterRole",
+            "system:auth-delegator",
+            (NS, SA),
+            id="auth-delegator",
+        ),
+        pytest.param(
+            "RoleBinding",
+            "wva-adapter-auth-reader",
+            "kube-system",
+            "Role",
+            "extension-apiserver-authentication-reader",
+            (NS, SA),
+            id="auth-reader",
+        ),
+        pytest.param(
+            "ClusterRoleBinding",
+            "wva-adapter-external-metrics-reader",
+            None,
+            "ClusterRole",
+            "wva-adapter-external-metrics-reader",
+            ("kube-system", "horizontal-pod-autoscaler"),
+            id="hpa-reader",
+        ),
+    ],
+)
+def test_binding(
+    kind: str, name: str, namespace: str | None, role_kind: str, role_name: str, subject: tuple[str, str]
+) -> None:
+    objs = render("manifests")
+    binding = one(objs, kind, name)
+    assert binding["metadata"].get("namespace") == namespace
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": subject[0], "name": subject[1]}]
+    if not role_name.startswith(("system:", "extension-apiserver")):
+        one(objs, role_kind, role_name)  # our own role must be shipped too
+    if subject == (NS, SA):
+        assert one(objs, "ServiceAccount", SA)["metadata"]["namespace"] == NS
+
+
+# ---- the adapter Deployment ---------------------------------------------------------------------------------
+
+
+def _pod_spec() -> dict[str, Any]:
+    spec: dict[str, Any] = _deployment()["spec"]["template"]["spec"]
+    return spec
+
+
+def _get(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = obj[int(part)] if isinstance(obj, list) else obj.get(part)
+        if obj is None:
+            return None
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        pytest.param(path, expected, id=path.removeprefix("spec.template.spec."))
+        for path, expected in [
+            ("spec.replicas", 2),
+            ("spec.template.spec.serviceAccountName", SA),
+            ("spec.template.spec.securityContext.runAsNonRoot", True),
+            ("spec.template.spec.securityContext.runAsUser", 65532),
+            ("spec.template.spec.securityContext.seccompProfile.type", "RuntimeDefault"),
+            ("spec.template.spec.containers.0.securityContext.runAsNonRoot", True),
+            ("spec.template.spec.containers.0.securityContext.readOnlyRootFilesystem", True),
+            ("spec.template.spec.containers.0.securityContext.allowPrivilegeEscalation", False),
+            ("spec.template.spec.containers.0.securityContext.capabilities.drop", ["ALL"]),
+            ("spec.template.spec.containers.0.securityContext.capabilities.add", None),
+            ("spec.template.spec.containers.0.securityContext.privileged", None),
+            ("spec.template.spec.containers.0.securityContext.seccompProfile.type", "RuntimeDefault"),
+            ("spec.template.spec.hostNetwork", None),
+            ("spec.template.spec.hostPID", None),
+            ("spec.template.spec.containers.0.args.0", "serve"),
+            ("spec.template.spec.containers.0.livenessProbe.httpGet.path", "/healthz"),
+            ("spec.template.spec.containers.0.readinessProbe.httpGet.path", "/readyz"),
+            ("spec.template.spec.containers.0.resources.requests.cpu", "100m"),
+            ("spec.template.spec.containers.0.resources.requests.memory", "256Mi"),
+            ("spec.template.spec.containers.0.resources.limits.memory", "1Gi"),
+        ]
+    ],
+)
+def test_deployment_field(path: str, expected: Any) -> None:
+    assert _get(_deployment(), path) == expected
+
+
+def _container_ports() -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in _container()["ports"]}
+
+
+def test_container_ports() -> None:
+    assert _container_ports() == {"https": 6443, "grpc": 50051, "metrics": 8080, "health": 8081}
+
+
+@pytest.mark.parametrize("probe", ["livenessProbe", "readinessProbe", "startupProbe"])
+def test_probes_hit_the_health_port(probe: str) -> None:
+    port = _container()[probe]["httpGet"]["port"]
+    assert _container_ports().get(port, port) == 8081
+
+
+def _flags() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for arg in _container()["args"][1:]:
+        assert arg.startswith("--"), f"positional argument {arg!r} after the verb"
+        name, _, value = arg.partition("=")
+        out[name] = value if "=" in arg else None
+    return out
+
+
+def test_serve_flags() -> None:
+    flags = _flags()
+    assert set(flags) <= SERVE_FLAGS, f"flags not in DESIGN.md §3.5: {set(flags) - SERVE_FLAGS}"
+    assert flags["--leader-elect"] is None
+    ports = _container_ports()
+    assert flags["--secure-port"] == str(ports["https"])
+    assert flags["--keda-grpc-address"] == f":{ports['grpc']}"
+    assert flags["--metrics-bind-address"] == f":{ports['metrics']}"
+    assert flags["--health-probe-bind-address"] == f":{ports['health']}"
+
+
+def test_pod_namespace_from_the_downward_api() -> None:
+    env = {e["name"]: e for e in _container()["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def test_tmp_is_a_writable_empty_dir() -> None:
+    mounts = {m["mountPath"]: m["name"] for m in _container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in _pod_spec()["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_replicas_spread_across_nodes() -> None:
+    terms = _pod_spec()["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    pod_labels = _deployment()["spec"]["template"]["metadata"]["labels"]
+    assert any(
+        t["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        and t["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+        for t in terms
+    )
+
+
+def test_pdb_covers_the_adapter() -> None:
+    pdb = one(render("manifests"), "PodDisruptionBudget", "wva-adapter")
+    assert pdb["spec"]["minAvailable"] == 1
+    pod_labels = _deployment()["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(o, id=object_id(o))
+        for o in render("manifests")
+        if o["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "APIService"}
+    ],
+)
+def test_namespaced_objects_live_in_the_controller_namespace(obj: dict[str, Any]) -> None:
+    expected = "kube-system" if obj["metadata"]["name"] == "wva-adapter-auth-reader" else NS
+    assert obj["metadata"]["namespace"] == expected
+    one(render("manifests"), "Namespace", NS)
+
+
+# ---- Service and APIService ---------------------------------------------------------------------------------
+
+
+def _service() -> dict[str, Any]:
+    return one(render("manifests"), "Service", "wva-adapter")
+
+
+def test_service_ports_and_selector() -> None:
+    svc = _service()
+    ports = {p["name"]: (p["port"], _container_ports()[p["targetPort"]]) for p in svc["spec"]["ports"]}
+    assert ports == {"https": (443, 6443), "grpc": (50051, 50051), "metrics": (8080, 8080)}
+    pod_labels = _deployment()["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert _deployment()["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+
+
+def test_apiservice() -> None:
+    api = one(render("manifests"), "APIService")
+    spec = api["spec"]
+    assert api["metadata"]["name"] == f"{spec['version']}.{spec['group']}" == "v1beta1.external.metrics.k8s.io"
+    assert spec["groupPriorityMinimum"] == 100  # valid range 1..20000; what prometheus-adapter and KEDA use
+    assert spec["versionPriority"] == 100  # valid range 1..1000
+    svc = _service()
+    https = next(p for p in svc["spec"]["ports"] if p["name"] == "https")
+    assert spec["service"] == {
+        "name": svc["metadata"]["name"],
+        "namespace": svc["metadata"]["namespace"],
+        "port": https["port"],
+    }
+    assert spec.get("insecureSkipTLSVerify") is True
+    assert "caBundle" not in spec, "caBundle and insecureSkipTLSVerify are mutually exclusive"
+
+
+# ---- default ConfigMaps -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [SATURATION_CM, SCALE_TO_ZERO_CM])
+def test_default_configmap_parses(name: str) -> None:
+    cm = one(render("manifests"), "ConfigMap", name)
+    assert cm["metadata"]["namespace"] == NS
+    assert cm["metadata"]["labels"][CONFIGMAP_LABEL[0]] == CONFIGMAP_LABEL[1]
+    parsed = parse_configmap(namespace=NS, name=name, data=cm["data"])
+    assert parsed.errors == ()
+    assert set(parsed.entries) == {"default"}
+
+
+def test_default_configmaps_resolve_to_the_recommended_values() -> None:
+    raw = [(NS, cm["metadata"]["name"], cm["data"]) for cm in find(render("manifests"), "ConfigMap")]
+    configs = ConfigSet.from_raw(raw, controller_namespace=NS)
+    assert configs.errors() == []
+    model = ModelKey("llm", "meta/llama-3.1-8b")
+    saturation, warnings = configs.saturation(model)
+    assert warnings == []
+    assert saturation == SaturationConfig()  # seed 000's recommended thresholds
+    stz, _ = configs.scale_to_zero(model)
+    assert (stz.enabled, stz.retention_period_s) == (False, 600.0)
+
+
+def test_check_config_accepts_the_default_configmaps() -> None:
+    report = check_files([MANIFESTS / "deploy" / "configmaps.yaml"])
+    assert report.errors == []
+    assert len(report.ok) == 2
+
+
+# ---- HPA examples -----------------------------------------------------------------------------------------
+
+
+def _hpas() -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in render("manifests/examples/hpa")}
+
+
+def test_one_hpa_per_example_variant() -> None:
+    assert set(_hpas()) == {v["metadata"]["name"] for v in _example_vas()}
+    assert {o["kind"] for o in render("manifests/examples/hpa")} == {"HorizontalPodAutoscaler"}
+
+
+@pytest.mark.parametrize("va", [pytest.param(v, id=v["metadata"]["name"]) for v in _example_vas()])
+def test_hpa_example(va: dict[str, Any]) -> None:
+    name = va["metadata"]["name"]
+    hpa = _hpas()[name]
+    spec = hpa["spec"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["metadata"]["namespace"] == va["metadata"]["namespace"]
+    assert spec["scaleTargetRef"] == va["spec"]["scaleTargetRef"]
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (va["spec"]["minReplicas"], va["spec"]["maxReplicas"])
+    assert spec["metrics"] == [
+        {
+            "type": "External",
+            "external": {
+                "metric": {"name": "wva_desired_replicas", "selector": {"matchLabels": {"variant_name": name}}},
+                "target": {"type": "AverageValue", "averageValue": "1"},
+            },
+        }
+    ]
+    for direction in ("scaleUp", "scaleDown"):
+        assert str(spec["behavior"][direction]["tolerance"]) == "0", f"{direction}: see the tolerance pitfall"
+
+
+def test_hpa_example_documents_the_tolerance_pitfall() -> None:
+    for path in (MANIFESTS / "examples" / "hpa").glob("hpa-*.yaml"):
+        text = path.read_text(encoding="utf-8")
+        assert "10%" in text, path
+        assert "HPAConfigurableTolerance" in text, path
+
+
+# ---- KEDA examples ----------------------------------------------------------------------------------------
+
+SCALED_OBJECT_SPEC_KEYS = {
+    "scaleTargetRef",
+    "pollingInterval",
+    "cooldownPeriod",
+    "initialCooldownPeriod",
+    "idleReplicaCount",
+    "minReplicaCount",
+    "maxReplicaCount",
+    "fallback",
+    "advanced",
+    "triggers",
+}
+TRIGGER_KEYS = {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"}
+ADVANCED_KEYS = {"restoreToOriginalReplicaCount", "horizontalPodAutoscalerConfig", "scalingModifiers"}
+FALLBACK_KEYS = {"failureThreshold", "replicas", "behavior"}
+
+
+def scaled_object_errors(obj: dict[str, Any]) -> list[str]:
+    """A hand-written shape check of keda.sh/v1alpha1 ScaledObject (KEDA's CRD is not installed here)."""
+    errors = strict_errors(obj["metadata"], "V1ObjectMeta", "$.metadata")
+    spec = obj["spec"]
+    errors += [f"$.spec.{k}: unknown field" for k in set(spec) - SCALED_OBJECT_SPEC_KEYS]
+    errors += strict_errors(spec["scaleTargetRef"], "V2CrossVersionObjectReference", "$.spec.scaleTargetRef")
+    for key in ("pollingInterval", "cooldownPeriod", "minReplicaCount", "maxReplicaCount"):
+        if key in spec and not (isinstance(spec[key], int) and spec[key] >= 0):
+            errors.append(f"$.spec.{key}: expected a non-negative int")
+    errors += [f"$.spec.fallback.{k}: unknown field" for k in set(spec.get("fallback", {})) - FALLBACK_KEYS]
+    advanced = spec.get("advanced", {})
+    errors += [f"$.spec.advanced.{k}: unknown field" for k in set(advanced) - ADVANCED_KEYS]
+    hpa_config = advanced.get("horizontalPodAutoscalerConfig", {})
+    errors += [f"$.spec.advanced.hpaConfig.{k}: unknown field" for k in set(hpa_config) - {"name", "behavior"}]
+    if "behavior" in hpa_config:
+        path = "$.spec.advanced.horizontalPodAutoscalerConfig.behavior"
+        errors += strict_errors(hpa_config["behavior"], "V2HorizontalPodAutoscalerBehavior", path)
+    for i, trigger in enumerate(spec.get("triggers") or []):
+        errors += [f"$.spec.triggers[{i}].{k}: unknown field" for k in set(trigger) - TRIGGER_KEYS]
+        for key, value in (trigger.get("metadata") or {}).items():
+            if not isinstance(value, str):
+                errors.append(f"$.spec.triggers[{i}].metadata.{key}: KEDA metadata values must be strings")
+    if not spec.get("triggers"):
+        errors.append("$.spec.triggers: at least one trigger is required")
+    return errors
+
+
+def _scaled_objects() -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in render("manifests/examples/keda")}
+
+
+def test_one_scaled_object_per_example_variant() -> None:
+    assert set(_scaled_objects()) == {v["metadata"]["name"] for v in _example_vas()}
+    assert {o["kind"] for o in render("manifests/examples/keda")} == {"ScaledObject"}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        pytest.param(("spec", "minReplicas", 1), "$.spec.minReplicas: unknown field", id="hpa-style-key"),
+        pytest.param(("trigger", "namespace", 5), "metadata values must be strings", id="non-string-metadata"),
+        pytest.param(
+            ("behavior", "stabilisationWindowSeconds", 0), "stabilisationWindowSeconds: unknown", id="behavior"
+        ),
+    ],
+)
+def test_scaled_object_checker_catches(change: tuple[str, str, Any], expected: str) -> None:
+    obj = copy.deepcopy(_scaled_objects()["llama-8b-l4"])
+    where, key, value = change
+    target = {
+        "spec": obj["spec"],
+        "trigger": obj["spec"]["triggers"][0]["metadata"],
+        "behavior": obj["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"],
+    }[where]
+    target[key] = value
+    assert any(expected in e for e in scaled_object_errors(obj)), scaled_object_errors(obj)
+
+
+@pytest.mark.parametrize("va", [pytest.param(v, id=v["metadata"]["name"]) for v in _example_vas()])
+def test_scaled_object_example(va: dict[str, Any]) -> None:
+    name, namespace = va["metadata"]["name"], va["metadata"]["namespace"]
+    so = _scaled_objects()[name]
+    spec = so["spec"]
+    assert so["apiVersion"] == "keda.sh/v1alpha1"
+    assert so["metadata"]["namespace"] == namespace
+    assert spec["scaleTargetRef"] == va["spec"]["scaleTargetRef"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (va["spec"]["minReplicas"], va["spec"]["maxReplicas"])
+    [trigger] = spec["triggers"]
+    assert trigger["type"] == "external"
+    assert trigger.get("metricType", "AverageValue") == "AverageValue"
+    svc = _service()
+    grpc = next(p for p in svc["spec"]["ports"] if p["name"] == "grpc")
+    assert trigger["metadata"] == {
+        "scalerAddress": f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:{grpc['port']}",
+        "variantAutoscaling": name,
+        "namespace": namespace,
+    }
+    behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    for direction in ("scaleUp", "scaleDown"):
+        assert str(behavior[direction]["tolerance"]) == "0"
+
+
+# ---- docs ---------------------------------------------------------------------------------------------------
+
+
+def test_deployment_doc_names_only_existing_paths() -> None:
+    text = (REPO / "docs" / "deployment.md").read_text(encoding="utf-8")
+    paths = set(re.findall(r"(?<![\w/.-])((?:manifests|docs|tests)/[\w./*-]*[\w/])", text))
+    assert paths, "docs/deployment.md should point at the manifests"
+    missing = sorted(p for p in paths if not list(REPO.glob(p.rstrip("/"))))
+    assert missing == []
+    for word in ("keda-mode", "tolerance", "v1beta1.external.metrics.k8s.io", "insecureSkipTLSVerify"):
+        assert word in text
