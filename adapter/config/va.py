@@ -6,11 +6,20 @@ status follows seed 002 (desiredOptimizedAlloc, actuation.applied, conditions).
 
 from __future__ import annotations
 
-import math
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from adapter.config.errors import describe
 from adapter.domain.errors import ManifestError
@@ -30,6 +39,7 @@ KIND = "VariantAutoscaling"
 PLURAL = "variantautoscalings"
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 SCALE_TARGET_KINDS = ("Deployment", "StatefulSet", "LeaderWorkerSet")
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?", re.ASCII)
 
 
 class _Strict(BaseModel):
@@ -45,21 +55,17 @@ class ScaleTargetRef(_Strict):
 class VASpec(_Strict):
     scale_target_ref: ScaleTargetRef = Field(alias="scaleTargetRef")
     model_id: str = Field(alias="modelID", min_length=1)
-    min_replicas: int = Field(default=1, ge=0, alias="minReplicas")
-    max_replicas: int = Field(default=2, ge=1, alias="maxReplicas")
-    variant_cost: str = Field(default="10.0", alias="variantCost")
+    min_replicas: StrictInt = Field(default=1, ge=0, alias="minReplicas")
+    max_replicas: StrictInt = Field(default=2, ge=1, alias="maxReplicas")
+    variant_cost: StrictStr = Field(default="10.0", alias="variantCost")
     variant_id: str | None = Field(default=None, alias="variantID")
     """Accepted for compatibility with seed 002's examples; not used for decisions."""
 
     @field_validator("variant_cost")
     @classmethod
     def _cost_is_decimal(cls, value: str) -> str:
-        try:
-            cost = float(value)
-        except ValueError:
-            raise ValueError('must be a non-negative decimal string such as "5.0"') from None
-        if not math.isfinite(cost) or cost < 0 or value.strip() != value or value.startswith("+"):
-            raise ValueError('must be a non-negative decimal string such as "5.0"')
+        if not _DECIMAL.fullmatch(value):
+            raise ValueError('must be a non-negative decimal string such as "5.0" (pattern ^[0-9]+(\\.[0-9]+)?$)')
         return value
 
     @model_validator(mode="after")
