@@ -14,10 +14,10 @@ k8s-metrics-keda-hpa.md §2):
                ceil(usage / target)       otherwise
 
 Tolerance test, two forms (`tolerance_mode`):
-* `"abs"` (default; Kubernetes before the configurable-tolerance rework): within ⇔ |1 − ratio| ≤ tol.
+* `"abs"` (Kubernetes before the configurable-tolerance rework): within ⇔ |1 − ratio| ≤ tol.
   In float64 10 → 11 gives |1 − 1.1| = 0.10000000000000009 > 0.1, so the HPA scales up, while 10 → 9 gives
   |1 − 0.9| = 0.09999999999999998 ≤ 0.1, so the step down is swallowed (research/wva-upstream.md §7.1).
-* `"bounds"` (Kubernetes ≥ 1.33 `Tolerances.isWithin`): within ⇔ 1 − down ≤ ratio ≤ 1 + up (inclusive);
+* `"bounds"` (default; Kubernetes ≥ 1.33 `Tolerances.isWithin`): within ⇔ 1 − down ≤ ratio ≤ 1 + up (inclusive);
   there 1.1 ≤ 1 + 0.1 holds exactly, so 10 → 11 is swallowed too.
 
 Then stabilization (scale-up: the lowest proposal within `scale_up_stabilization_s`, default 0; scale-down: the
@@ -66,7 +66,7 @@ class HpaConfig:
     scale_up_tolerance: float | None = None
     """Per-HPA `behavior.scaleUp.tolerance` (None = `tolerance`)."""
     scale_down_tolerance: float | None = None
-    tolerance_mode: Literal["abs", "bounds"] = "abs"
+    tolerance_mode: Literal["abs", "bounds"] = "bounds"
     sync_period_s: float = 15.0
     scale_up_stabilization_s: float = 0.0
     scale_down_stabilization_s: float = 300.0
@@ -429,7 +429,7 @@ def actuator_from_spec(
         actuator = DirectActuator(bounds, period_s=num("period_s", 15.0), start_s=start_s)
         _no_extra(data)
         return actuator
-    mode = str(data.pop("tolerance_mode", "abs"))
+    mode = str(data.pop("tolerance_mode", "bounds"))
     if mode not in ("abs", "bounds"):
         raise ValueError(f"actuation.tolerance_mode: expected abs|bounds, got {mode!r}")
     hpa_base = HpaConfig(
