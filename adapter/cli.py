@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adapter import __version__
-from adapter.domain.errors import FixtureError
+from adapter.domain.errors import AdapterError, FixtureError
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -52,6 +52,38 @@ def _check_config(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from adapter.app.demo import DemoOptions, run_demo
+
+    if args.speed <= 0:
+        print(f"--speed must be > 0, got {args.speed}", file=sys.stderr)
+        return 2
+    if args.duration < 0:
+        print(f"--duration must be >= 0 (0 = until Ctrl-C), got {args.duration}", file=sys.stderr)
+        return 2
+    options = DemoOptions(
+        examples_dir=Path(args.examples),
+        out_dir=Path(args.out),
+        duration_s=args.duration,
+        speed=args.speed,
+        secure_port=args.secure_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        seed=args.seed,
+    )
+    try:
+        return asyncio.run(run_demo(options))
+    except OSError as exc:
+        print(f"demo: cannot start: {exc} (is another demo running? choose other ports with --*-port)", file=sys.stderr)
+        return 1
+    except AdapterError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wva-adapter",
@@ -63,6 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     replay = verbs.add_parser("replay", help="run the decision engine over recorded snapshots (wva-replay/v1)")
     replay.add_argument("fixtures", nargs="+", metavar="FIXTURE.json")
     replay.set_defaults(func=_replay)
+
+    demo = verbs.add_parser("demo", help="simulated fleet + real pipeline + real servers on 127.0.0.1")
+    demo.add_argument("--duration", type=float, default=0.0, metavar="S", help="real seconds to run (0: until Ctrl-C)")
+    demo.add_argument("--speed", type=float, default=20.0, metavar="X", help="virtual seconds per real second")
+    demo.add_argument("--scenario", metavar="FILE", help="not yet supported: the built-in scenario is used")
+    demo.add_argument("--examples", default="manifests/examples", metavar="DIR", help="where the va-*.yaml files are")
+    demo.add_argument("--out", default="out/demo", metavar="DIR", help="where the kubeconfig and TLS files go")
+    demo.add_argument("--secure-port", type=int, default=6443)
+    demo.add_argument("--grpc-port", type=int, default=50051)
+    demo.add_argument("--metrics-port", type=int, default=8080)
+    demo.add_argument("--health-port", type=int, default=8081)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=_demo)
 
     check = verbs.add_parser("check-config", help="validate VariantAutoscaling manifests and WVA ConfigMaps")
     check.add_argument("files", nargs="+", metavar="FILE")

@@ -1,0 +1,1 @@
+"""Composition roots: `demo` (simulated fleet, real servers) and, later, `serve` (in-cluster)."""
