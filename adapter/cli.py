@@ -66,6 +66,7 @@ def _demo(args: argparse.Namespace) -> int:
     options = DemoOptions(
         examples_dir=Path(args.examples),
         out_dir=Path(args.out),
+        scenario=Path(args.scenario) if args.scenario else None,
         duration_s=args.duration,
         speed=args.speed,
         secure_port=args.secure_port,
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = verbs.add_parser("demo", help="simulated fleet + real pipeline + real servers on 127.0.0.1")
     demo.add_argument("--duration", type=float, default=0.0, metavar="S", help="real seconds to run (0: until Ctrl-C)")
     demo.add_argument("--speed", type=float, default=20.0, metavar="X", help="virtual seconds per real second")
-    demo.add_argument("--scenario", metavar="FILE", help="not yet supported: the built-in scenario is used")
+    demo.add_argument("--scenario", metavar="FILE", help="a simulation scenario (YAML) instead of the built-in one")
     demo.add_argument("--examples", default="manifests/examples", metavar="DIR", help="where the va-*.yaml files are")
     demo.add_argument("--out", default="out/demo", metavar="DIR", help="where the kubeconfig and TLS files go")
     demo.add_argument("--secure-port", type=int, default=6443)

@@ -20,7 +20,7 @@ from typing import TextIO
 
 import yaml
 
-from adapter.app.world import DemoWorld, Row, load_vas
+from adapter.app.world import DemoWorld, Row, load_vas, world_from_scenario
 from adapter.domain.decision import VariantDecision
 from adapter.domain.ids import VariantKey
 from adapter.servers.auth import AllowAll
@@ -28,6 +28,7 @@ from adapter.servers.external_metrics import build_external_metrics_app, start_h
 from adapter.servers.keda import start_keda_server
 from adapter.servers.telemetry import Telemetry, build_telemetry_app, start_http_server
 from adapter.servers.tls import serving_tls
+from adapter.sim.scenario import load as load_scenario
 from adapter.store import DecisionStore
 
 LOOPBACK = "127.0.0.1"
@@ -37,6 +38,8 @@ LOOPBACK = "127.0.0.1"
 class DemoOptions:
     examples_dir: Path
     out_dir: Path
+    scenario: Path | None = None
+    """A simulation scenario (DESIGN §3.3) to play instead of the built-in one."""
     duration_s: float = 0.0
     """Real seconds to run; 0 = until Ctrl-C."""
     speed: float = 20.0
@@ -47,6 +50,18 @@ class DemoOptions:
     seed: int = 0
     tick_s: float = 0.25
     """Real seconds between world steps."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoEndpoints:
+    """Where a started demo listens (ports are the bound ones, so port 0 works)."""
+
+    https_port: int
+    grpc_port: int
+    metrics_port: int
+    health_port: int
+    kubeconfig: Path
+    store: DecisionStore
 
 
 def write_kubeconfig(path: Path, *, port: int, ca_pem: bytes) -> None:
@@ -85,8 +100,15 @@ def render_table(rows: list[Row], *, virtual_elapsed_s: float) -> str:
     return "\n".join(lines)
 
 
-async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout, stop: asyncio.Event | None = None) -> int:
-    vas = load_vas(options.examples_dir)
+async def run_demo(
+    options: DemoOptions,
+    *,
+    out: TextIO = sys.stdout,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[DemoEndpoints], None] | None = None,
+) -> int:
+    scenario = load_scenario(options.scenario) if options.scenario else None
+    vas = list(scenario.vas) if scenario else load_vas(options.examples_dir)
     namespace = vas[0].key.namespace
     wall_start_s = time.time()
     mono_start_s = time.monotonic()
@@ -95,7 +117,11 @@ async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout, stop: asyn
         return wall_start_s + (time.monotonic() - mono_start_s) * options.speed
 
     store = DecisionStore()
-    world = DemoWorld(vas, store=store, start_s=wall_start_s, seed=options.seed)
+    world = (
+        world_from_scenario(scenario, store=store, start_s=wall_start_s, seed=options.seed)
+        if scenario
+        else DemoWorld(vas, store=store, start_s=wall_start_s, seed=options.seed)
+    )
     telemetry = Telemetry(store, clock=virtual_now)
     tls = serving_tls(
         cert_file=None,
@@ -139,7 +165,10 @@ async def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout, stop: asyn
             ports=(https.port, keda.port, metrics.port, health.port),
             kubeconfig=kubeconfig,
         )
-        _install_signal_handlers(stop)
+        remove_handlers = _install_signal_handlers(stop)
+        stack.callback(remove_handlers)
+        if on_started is not None:
+            on_started(DemoEndpoints(https.port, keda.port, metrics.port, health.port, kubeconfig, store))
         deadline = None if options.duration_s <= 0 else time.monotonic() + options.duration_s
         previous: dict[VariantKey, VariantDecision] = {}
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):

@@ -24,6 +24,7 @@ from adapter.domain.decision import CycleResult
 from adapter.domain.errors import ConfigError
 from adapter.domain.snapshot import PodMetrics, VariantStatus
 from adapter.sim import (
+    Actuator,
     DiurnalArrivals,
     FleetConfig,
     HpaConfig,
@@ -34,7 +35,9 @@ from adapter.sim import (
     SyntheticWorkload,
     TokenLengths,
     VariantConfig,
+    actuator_from_spec,
 )
+from adapter.sim.scenario import Scenario
 
 # Per-accelerator replica models for the built-in demo (llm-autoscaling-anchors §5 orders of magnitude):
 # an L4 replica of an 8B model is slower per iteration and holds fewer KV tokens than an A100 one.
@@ -117,6 +120,7 @@ class DemoWorld:
         seed: int = 0,
         configmaps: ConfigSet | None = None,
         fleet: SimulatedFleet | None = None,
+        actuator: Actuator | None = None,
     ) -> None:
         self.vas = list(vas)
         self.store = store
@@ -127,7 +131,7 @@ class DemoWorld:
         self.state = engine.EngineState()
         self.statuses: dict[str, VariantStatus] = {}
         self.next_engine_s = start_s
-        self.actuator = HpaEmulator(
+        self.actuator: Actuator = actuator or HpaEmulator(
             {
                 va.key.name: HpaConfig(min_replicas=va.spec.min_replicas, max_replicas=va.spec.max_replicas)
                 for va in self.vas
@@ -186,3 +190,20 @@ def _load_of(pods: Sequence[PodMetrics]) -> tuple[float, float]:
         return 0.0, 0.0
     arrival = sum(p.arrival_rate_rps or 0.0 for p in pods)
     return arrival, sum(p.kv_cache_usage or 0.0 for p in pods) / len(pods)
+
+
+def world_from_scenario(scenario: Scenario, *, store: Any, start_s: float, seed: int = 0) -> DemoWorld:
+    """A DemoWorld built from a simulation scenario file instead of the examples."""
+    fleet = SimulatedFleet(scenario.fleet_config(start_s=start_s, seed=seed), scenario.workload())
+    bounds = {va.key.name: (va.spec.min_replicas, va.spec.max_replicas) for va in scenario.vas}
+    actuator = actuator_from_spec(scenario.actuation, bounds=bounds, start_s=start_s)
+    return DemoWorld(
+        scenario.vas,
+        store=store,
+        start_s=start_s,
+        engine_interval_s=scenario.engine_interval_s,
+        seed=seed,
+        configmaps=scenario.configmaps,
+        fleet=fleet,
+        actuator=actuator,
+    )

@@ -1,0 +1,358 @@
+"""Authentication (requestheader / front-proxy) and authorization for the External Metrics API.
+
+How a request reaches us (research k8s-metrics-keda-hpa §1.9–1.10): the HPA controller calls
+kube-apiserver, which authenticates and authorizes it, then proxies the request to us over mTLS with its
+front-proxy client certificate and passes the caller's identity in `X-Remote-User`, `X-Remote-Group`
+(repeated), `X-Remote-Extra-<key>` and `X-Remote-Uid` headers. We must
+
+1. accept the identity headers only on a connection whose client certificate chains to the requestheader
+   client CA (TLS does that: see `adapter.servers.tls`) and, if `allowed_names` is non-empty, whose
+   subject CN is one of them; otherwise the headers are untrusted and the request is 401;
+2. authorize that identity with a SubjectAccessReview (delegated authorization).
+
+`RequestHeaderAuthenticator` does 1. `Authorizer` is the port for 2: the SubjectAccessReview
+implementation lives in `adapter.k8s` (the only package that talks to Kubernetes); wrap it in
+`CachingAuthorizer` (Go's delegating authorizer caches allow and deny decisions for 10 s each). `AllowAll`
+serves the demo and tests. Health paths skip both steps; members of `system:masters` are always allowed
+(the aggregator's availability probe runs as that group) — both as in k8s.io/apiserver.
+
+Configuration comes from flags (construct `RequestHeaderConfig` directly) or from the
+`kube-system/extension-apiserver-authentication` ConfigMap (`requestheader_config_from_configmap`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from adapter.domain.errors import ConfigError
+
+__all__ = [
+    "AUTHENTICATED_GROUP",
+    "AllowAll",
+    "Authenticator",
+    "Authorizer",
+    "CacheStats",
+    "CachingAuthorizer",
+    "RequestAttributes",
+    "RequestHeaderAuthenticator",
+    "RequestHeaderConfig",
+    "UserInfo",
+    "peer_common_name",
+    "requestheader_config_from_configmap",
+]
+
+AUTHENTICATED_GROUP = "system:authenticated"
+"""Added to every authenticated user, as Go's delegating authenticator does; RBAC's `system:discovery`
+grants discovery paths through it."""
+
+PeerCert = Mapping[str, Any]
+"""`SSLObject.getpeercert()` of a *verified* client certificate (asyncio's `peercert` extra info)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """An authenticated caller. Hashable (tuples only), so it can key an authorization cache."""
+
+    name: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """`X-Remote-Extra-*` as sorted (key, values) pairs; keys lower-cased and percent-decoded."""
+
+    def extra_dict(self) -> dict[str, list[str]]:
+        """`extra` in the shape SubjectAccessReview's `spec.extra` wants."""
+        return {key: list(values) for key, values in self.extra}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAttributes:
+    """What a request does, in SubjectAccessReview terms (k8s.io/apiserver `RequestInfo`).
+
+    Resource requests (`resource_request=True`) map to `spec.resourceAttributes {namespace, verb, group,
+    version, resource, name}`; anything else (discovery, openapi) to `spec.nonResourceAttributes {path,
+    verb}`. A GET of a metric is verb `list` (a collection: the metric name is the *resource*).
+    """
+
+    verb: str
+    path: str
+    resource_request: bool = False
+    namespace: str = ""
+    api_group: str = ""
+    api_version: str = ""
+    resource: str = ""
+    name: str = ""
+
+
+class Authenticator(Protocol):
+    """Who is calling? Returns None when this authenticator cannot vouch for the request (→ 401)."""
+
+    async def authenticate(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
+        """`headers` is the request's case-insensitive multi-dict (aiohttp `CIMultiDictProxy`)."""
+        ...
+
+
+class Authorizer(Protocol):
+    """May `user` do `attributes`? Raise on failure to decide (→ 500, like Go), never return a guess."""
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> bool: ...
+
+
+# --- requestheader authentication --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaderConfig:
+    """The front-proxy trust settings. Defaults are kube-apiserver's (and kubeadm's ConfigMap values).
+
+    `client_ca_pem` is the PEM bundle of `--requestheader-client-ca-file`; the TLS context loads it (the
+    TLS layer, not this class, verifies the chain). An empty `allowed_names` accepts any certificate the
+    CA signed, as Kubernetes does (some managed clusters publish an empty list).
+    """
+
+    client_ca_pem: str
+    allowed_names: tuple[str, ...] = ()
+    username_headers: tuple[str, ...] = ("X-Remote-User",)
+    uid_headers: tuple[str, ...] = ("X-Remote-Uid",)
+    group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    extra_headers_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
+
+    def __post_init__(self) -> None:
+        if "-----BEGIN CERTIFICATE-----" not in self.client_ca_pem:
+            raise ConfigError("requestheader client CA: no PEM certificate in the given bundle")
+        if not self.username_headers:
+            raise ConfigError("requestheader username headers: at least one header name is required")
+
+
+_CM_CA = "requestheader-client-ca-file"
+_CM_LISTS = {
+    "requestheader-allowed-names": "allowed_names",
+    "requestheader-username-headers": "username_headers",
+    "requestheader-uid-headers": "uid_headers",
+    "requestheader-group-headers": "group_headers",
+    "requestheader-extra-headers-prefix": "extra_headers_prefixes",
+}
+
+
+def requestheader_config_from_configmap(data: Mapping[str, str]) -> RequestHeaderConfig:
+    """Build the config from `kube-system/extension-apiserver-authentication` `.data`.
+
+    List values are JSON string arrays (`'["X-Remote-User"]'`). A key that is absent keeps the default,
+    except `requestheader-uid-headers`: clusters older than 1.32 do not publish it and do not send the
+    header, so the default (`X-Remote-Uid`) stays harmless. Raises ConfigError naming the key when the CA
+    is missing or a list is not a JSON array of strings.
+    """
+    ca = data.get(_CM_CA, "")
+    if not ca.strip():
+        raise ConfigError(
+            f"ConfigMap kube-system/extension-apiserver-authentication: {_CM_CA!r} is missing or empty; "
+            "the cluster has no front-proxy (requestheader) CA, so aggregated requests cannot be authenticated"
+        )
+    lists: dict[str, tuple[str, ...]] = {}
+    for key, attribute in _CM_LISTS.items():
+        raw = data.get(key)
+        if raw is None:
+            continue
+        try:
+            parsed = json.loads(raw) if raw.strip() else []
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"ConfigMap kube-system/extension-apiserver-authentication: {key!r} is not JSON: {raw!r}"
+            ) from exc
+        if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
+            raise ConfigError(
+                f"ConfigMap kube-system/extension-apiserver-authentication: {key!r} must be a JSON array of "
+                f"strings, got {raw!r}"
+            )
+        lists[attribute] = tuple(item for item in parsed if item)
+    return RequestHeaderConfig(
+        client_ca_pem=ca,
+        allowed_names=lists.get("allowed_names", ()),
+        username_headers=lists.get("username_headers") or ("X-Remote-User",),
+        uid_headers=lists.get("uid_headers", ("X-Remote-Uid",)),
+        group_headers=lists.get("group_headers", ("X-Remote-Group",)),
+        extra_headers_prefixes=lists.get("extra_headers_prefixes", ("X-Remote-Extra-",)),
+    )
+
+
+def peer_common_name(peer_cert: PeerCert | None) -> str | None:
+    """The subject CN of a verified peer certificate (the last CN, as Go's `pkix.Name` keeps), or None."""
+    if not peer_cert:
+        return None
+    common_name: str | None = None
+    for rdn in peer_cert.get("subject", ()):
+        for attribute, value in rdn:
+            if attribute == "commonName":
+                common_name = value
+    return common_name
+
+
+def _all_values(headers: Mapping[str, str], names: Sequence[str]) -> list[str]:
+    getall: Callable[[str, tuple[()]], list[str]] | None = getattr(headers, "getall", None)
+    values: list[str] = []
+    for name in names:
+        if getall is not None:
+            values.extend(getall(name, ()))
+        elif name in headers:
+            values.append(headers[name])
+    return values
+
+
+class RequestHeaderAuthenticator:
+    """Authenticator for requests proxied by kube-apiserver (front-proxy / requestheader)."""
+
+    def __init__(self, config: RequestHeaderConfig) -> None:
+        self._config = config
+        self._allowed = frozenset(config.allowed_names)
+        self._prefixes = tuple(p.lower() for p in config.extra_headers_prefixes)
+
+    @property
+    def config(self) -> RequestHeaderConfig:
+        return self._config
+
+    def update(self, config: RequestHeaderConfig) -> None:
+        """Swap in a re-read config (ConfigMap watch). Header names and allowed names apply at once; a new
+        CA must also be added to the TLS context (`adapter.servers.tls.add_client_ca`)."""
+        self._config = config
+        self._allowed = frozenset(config.allowed_names)
+        self._prefixes = tuple(p.lower() for p in config.extra_headers_prefixes)
+
+    async def authenticate(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
+        return self.authenticate_sync(peer_cert=peer_cert, headers=headers)
+
+    def authenticate_sync(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
+        """The whole check; synchronous because it does no I/O (the server calls this directly)."""
+        common_name = peer_common_name(peer_cert)
+        if common_name is None:
+            return None  # no verified client certificate: the headers cannot be trusted
+        if self._allowed and common_name not in self._allowed:
+            return None
+        config = self._config
+        name = next((v for v in _all_values(headers, config.username_headers) if v), "")
+        if not name:
+            return None
+        uid = next((v for v in _all_values(headers, config.uid_headers) if v), "")
+        groups = _all_values(headers, config.group_headers)
+        if AUTHENTICATED_GROUP not in groups:
+            groups.append(AUTHENTICATED_GROUP)
+        extra: dict[str, list[str]] = {}
+        if self._prefixes:
+            for header, value in headers.items():
+                lowered = header.lower()
+                for prefix in self._prefixes:
+                    if lowered.startswith(prefix) and len(lowered) > len(prefix):
+                        key = urllib.parse.unquote(lowered[len(prefix) :])
+                        extra.setdefault(key, []).append(value)
+                        break
+        return UserInfo(
+            name=name,
+            uid=uid,
+            groups=tuple(groups),
+            extra=tuple(sorted((key, tuple(values)) for key, values in extra.items())),
+        )
+
+
+# --- authorization -----------------------------------------------------------------------------------------
+
+
+def _retrieve_exception(task: asyncio.Future[bool]) -> None:
+    """Mark a failed decision's exception as seen even if every requester was cancelled meanwhile."""
+    if not task.cancelled():
+        task.exception()
+
+
+class AllowAll:
+    """Allows everything: for the demo and for clusters where the network is the boundary."""
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> bool:
+        del user, attributes  # the answer depends on neither
+        return True
+
+
+@dataclass(slots=True)
+class _Entry:
+    allowed: bool
+    expires_at_s: float
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Counters for tests and for our own /metrics."""
+
+    hits: int = 0
+    misses: int = 0
+
+
+class CachingAuthorizer:
+    """Caches another authorizer's decisions: allow for `allow_ttl_s`, deny for `deny_ttl_s` (Go: 10 s each).
+
+    Concurrent misses for the same (user, attributes) share one call to the inner authorizer, so the
+    aggregator's five parallel availability probes cost one SubjectAccessReview. Errors are not cached.
+    `clock` returns seconds (monotonic in production; injected so tests control time). The cache holds
+    at most `max_entries`; when full, expired entries are dropped first, then the oldest.
+    """
+
+    def __init__(
+        self,
+        inner: Authorizer,
+        *,
+        clock: Callable[[], float],
+        allow_ttl_s: float = 10.0,
+        deny_ttl_s: float = 10.0,
+        max_entries: int = 4096,
+    ) -> None:
+        if allow_ttl_s < 0 or deny_ttl_s < 0:
+            raise ConfigError(f"authorization cache TTLs must be ≥ 0 s, got allow={allow_ttl_s} deny={deny_ttl_s}")
+        if max_entries < 1:
+            raise ConfigError(f"authorization cache size must be ≥ 1, got {max_entries}")
+        self.inner = inner
+        self.clock = clock
+        self.allow_ttl_s = allow_ttl_s
+        self.deny_ttl_s = deny_ttl_s
+        self.max_entries = max_entries
+        self.stats = CacheStats()
+        self._entries: dict[tuple[UserInfo, RequestAttributes], _Entry] = {}
+        self._inflight: dict[tuple[UserInfo, RequestAttributes], asyncio.Future[bool]] = {}
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> bool:
+        key = (user, attributes)
+        entry = self._entries.get(key)
+        if entry is not None:
+            if self.clock() < entry.expires_at_s:
+                self.stats.hits += 1
+                return entry.allowed
+            del self._entries[key]
+        self.stats.misses += 1
+        task = self._inflight.get(key)
+        if task is None:
+            # A task of its own, so a cancelled requester does not cancel the decision others wait for.
+            task = asyncio.ensure_future(self._decide(key))
+            task.add_done_callback(_retrieve_exception)
+            self._inflight[key] = task
+        return await asyncio.shield(task)
+
+    async def _decide(self, key: tuple[UserInfo, RequestAttributes]) -> bool:
+        try:
+            allowed = await self.inner.authorize(*key)
+        finally:
+            self._inflight.pop(key, None)
+        ttl_s = self.allow_ttl_s if allowed else self.deny_ttl_s
+        if ttl_s > 0:
+            self._store(key, _Entry(allowed, self.clock() + ttl_s))
+        return allowed
+
+    def _store(self, key: tuple[UserInfo, RequestAttributes], entry: _Entry) -> None:
+        if len(self._entries) >= self.max_entries:
+            now_s = self.clock()
+            for stale in [k for k, e in self._entries.items() if e.expires_at_s <= now_s]:
+                del self._entries[stale]
+            while len(self._entries) >= self.max_entries:
+                del self._entries[next(iter(self._entries))]
+        self._entries[key] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)

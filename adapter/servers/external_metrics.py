@@ -1,0 +1,486 @@
+"""The External Metrics API (`external.metrics.k8s.io/v1beta1`) over HTTPS, answered from the DecisionStore.
+
+Wire contract (DESIGN §3.5; research k8s-metrics-keda-hpa §1):
+
+- `GET /apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{metric}?labelSelector=…` →
+  `ExternalMetricValueList`, one item per VariantAutoscaling in `{ns}` whose labels match the selector:
+  `metricName`, `metricLabels {variant_name, model_id, accelerator_type}`, `timestamp` (RFC 3339, when
+  the engine made the decision), `value` (canonical Quantity). Metrics: `wva_desired_replicas`,
+  `wva_current_replicas`, `wva_desired_ratio`. The HPA sends `variant_name=<VA>`; the full selector
+  grammar works (`adapter.servers.selector`).
+- Known metric, nothing matches → 200 with `"items": []`. That is what the reference provider of
+  kubernetes-sigs/custom-metrics-apiserver and prometheus-adapter return; the HPA then reports
+  "no metrics returned from external metrics API" and holds its replicas, exactly as for a 404, but a
+  `kubectl get --raw` user sees a well-formed empty answer instead of an error. Pinned by a test.
+- Discovery: `/apis` (APIGroupList; the aggregator asks for aggregated discovery first and falls back to
+  this), `/apis/external.metrics.k8s.io` (APIGroup), `/apis/external.metrics.k8s.io/v1beta1`
+  (APIResourceList: the three metrics, namespaced, verbs `get`; never empty, see kube #83332).
+- `/openapi/v2`, `/openapi/v3` → 404: kube-aggregator's OpenAPI downloaders treat 404 as "this server
+  publishes no spec" and skip it quietly, which beats a hand-written spec that could clash in the merge.
+- `/healthz`, `/livez`, `/readyz` → 200 `ok`, no authentication (kubelet probes carry no identity).
+- Errors are `metav1.Status` JSON: 400 bad selector, 401 no trusted identity, 403 denied, 404 unknown
+  metric or path, 405 other verbs, 500 anything unexpected (logged; never aiohttp's bare page).
+
+Request path: authenticate (requestheader, see `adapter.servers.auth`) → authorize (`system:masters`
+always allowed, then the Authorizer; SAR verb `list`, resource = the metric) → answer from memory. No I/O
+beyond the (cached) authorizer. Bodies are rendered once per (namespace, metric, selector) and re-used
+until one of the served decisions is replaced in the store: the steady state is a dict lookup plus an
+identity check, so the server stays close to a bare aiohttp handler (see tests/servers for the numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from aiohttp import web
+
+from adapter.domain.decision import VariantDecision
+from adapter.domain.errors import Forbidden, NotFound, ServeError, Unauthorized
+from adapter.domain.ids import VariantKey
+from adapter.domain.timefmt import format_rfc3339
+from adapter.servers.auth import Authenticator, Authorizer, RequestAttributes, UserInfo
+from adapter.servers.quantity import format_quantity
+from adapter.servers.selector import Selector, parse_selector
+from adapter.store.decisions import DecisionReader, StoredDecision
+
+__all__ = [
+    "ANONYMOUS",
+    "GROUP",
+    "GROUP_VERSION",
+    "HEALTH_PATHS",
+    "LABEL_ACCELERATOR",
+    "LABEL_MODEL",
+    "LABEL_VARIANT",
+    "VERSION",
+    "ExternalMetric",
+    "RunningServer",
+    "build_external_metrics_app",
+    "start_https_server",
+    "status_body",
+]
+
+_log = logging.getLogger(__name__)
+
+GROUP: Final = "external.metrics.k8s.io"
+VERSION: Final = "v1beta1"
+GROUP_VERSION: Final = f"{GROUP}/{VERSION}"
+LABEL_VARIANT: Final = "variant_name"
+LABEL_MODEL: Final = "model_id"
+LABEL_ACCELERATOR: Final = "accelerator_type"
+HEALTH_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
+ANONYMOUS: Final = UserInfo(name="system:anonymous", groups=("system:unauthenticated",))
+"""Who a request is when authentication is disabled (the demo): what kube-apiserver calls anonymous."""
+
+_NAMESPACES_PREFIX: Final = f"/apis/{GROUP_VERSION}/namespaces/"
+_JSON: Final = "application/json"
+
+
+class ExternalMetric(StrEnum):
+    """The metrics we serve; the names the HPA's `external.metric.name` uses."""
+
+    DESIRED_REPLICAS = "wva_desired_replicas"
+    CURRENT_REPLICAS = "wva_current_replicas"
+    DESIRED_RATIO = "wva_desired_ratio"
+
+
+_VALUE_OF: Final[Mapping[ExternalMetric, Callable[[VariantDecision], float]]] = {
+    ExternalMetric.DESIRED_REPLICAS: lambda d: d.desired_replicas,
+    ExternalMetric.CURRENT_REPLICAS: lambda d: d.current_replicas,
+    ExternalMetric.DESIRED_RATIO: lambda d: d.desired_ratio,
+}
+
+_REASONS: Final = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+"""HTTP status → metav1.StatusReason (k8s.io/apimachinery `metav1.StatusReason*`)."""
+
+_RESOURCE_VERBS: Final = {
+    "GET": "list",
+    "HEAD": "list",
+    "POST": "create",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "deletecollection",
+}
+"""k8s.io/apiserver RequestInfo verbs for a collection path (a metric has no object name)."""
+
+
+def _dumps(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def status_body(
+    *, code: int, message: str, reason: str | None = None, details: Mapping[str, Any] | None = None
+) -> bytes:
+    """A `metav1.Status` failure document, as kube-apiserver writes it."""
+    document: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": _REASONS.get(code, "") if reason is None else reason,
+    }
+    if details:
+        document["details"] = dict(details)
+    document["code"] = code
+    return _dumps(document)
+
+
+def _status_response(
+    *, code: int, message: str, reason: str | None = None, details: Mapping[str, Any] | None = None
+) -> web.Response:
+    return web.Response(
+        status=code,
+        body=status_body(code=code, message=message, reason=reason, details=details),
+        content_type=_JSON,
+    )
+
+
+def _discovery_documents() -> tuple[bytes, bytes, bytes]:
+    """APIGroupList, APIGroup and APIResourceList, as custom-metrics-apiserver serves them."""
+    version = {"groupVersion": GROUP_VERSION, "version": VERSION}
+    group_entry = {"name": GROUP, "versions": [version], "preferredVersion": version}
+    group_list = {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_entry]}
+    group = {"kind": "APIGroup", "apiVersion": "v1", **group_entry}
+    resources = {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": GROUP_VERSION,
+        "resources": [
+            {
+                "name": metric.value,
+                "singularName": "",
+                "namespaced": True,
+                "kind": "ExternalMetricValueList",
+                "verbs": ["get"],
+            }
+            for metric in ExternalMetric
+        ],
+    }
+    return _dumps(group_list), _dumps(group), _dumps(resources)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    """A rendered list body and the exact store entries it was rendered from (the cache's validity).
+
+    `pinned` are the variants the selector pins by `variant_name` (looked up one by one), or None when
+    the whole namespace had to be listed.
+    """
+
+    pinned: tuple[VariantKey, ...] | None
+    sources: tuple[StoredDecision, ...]
+    body: bytes
+
+
+def _same_sources(cached: tuple[StoredDecision, ...], current: Sequence[StoredDecision]) -> bool:
+    if len(cached) != len(current):
+        return False
+    # The store replaces an entry object on every publish, so identity is the fast, exact check;
+    # equality covers readers that build fresh (equal) objects per call.
+    return all(a is b or a == b for a, b in zip(cached, current, strict=True))
+
+
+def _labels(decision: VariantDecision) -> dict[str, str]:
+    return {
+        LABEL_VARIANT: decision.key.name,
+        LABEL_MODEL: decision.model_id,
+        LABEL_ACCELERATOR: decision.accelerator,
+    }
+
+
+class _ExternalMetricsAPI:
+    """State and handlers of one application. Single-threaded (the event loop), so no locks."""
+
+    def __init__(
+        self,
+        reader: DecisionReader,
+        *,
+        authenticator: Authenticator | None,
+        authorizer: Authorizer | None,
+        always_allow_groups: Collection[str],
+        cache_entries: int,
+    ) -> None:
+        self._reader = reader
+        self._authenticator = authenticator
+        self._authorizer = authorizer
+        self._always_allow = frozenset(always_allow_groups)
+        self._auth_enabled = authenticator is not None or authorizer is not None
+        self._cache_entries = cache_entries
+        self._selectors: dict[str, Selector] = {}
+        self._rendered: dict[tuple[str, str, str], _Rendered] = {}
+        self._group_list, self._group, self._resource_list = _discovery_documents()
+
+    # --- middleware: identity, permission, errors --------------------------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        try:
+            if self._auth_enabled and request.path not in HEALTH_PATHS:
+                await self._check_access(request)
+            response: web.StreamResponse = await handler(request)
+            return response
+        except ServeError as exc:
+            return self._error_response(exc)
+        except web.HTTPException as exc:
+            return self._http_exception_response(exc)
+        except Exception:
+            _log.exception("external metrics: unexpected error serving %s %s", request.method, request.path_qs)
+            return _status_response(
+                code=500,
+                message="Internal error occurred: the adapter failed to serve this request (see its log)",
+            )
+
+    async def _check_access(self, request: web.Request) -> None:
+        user = ANONYMOUS
+        if self._authenticator is not None:
+            transport = request.transport
+            peer_cert = None if transport is None else transport.get_extra_info("peercert")
+            authenticated = await self._authenticator.authenticate(peer_cert=peer_cert, headers=request.headers)
+            if authenticated is None:
+                raise Unauthorized("Unauthorized")
+            user = authenticated
+        if self._authorizer is None or not self._always_allow.isdisjoint(user.groups):
+            return
+        attributes = _attributes(request.method, request.path)
+        if not await self._authorizer.authorize(user, attributes):
+            raise _forbidden(user, attributes)
+
+    def _error_response(self, exc: ServeError) -> web.Response:
+        details = getattr(exc, "details", None)
+        return _status_response(code=exc.http_status, message=str(exc), reason=exc.k8s_reason, details=details)
+
+    @staticmethod
+    def _http_exception_response(exc: web.HTTPException) -> web.StreamResponse:
+        code = exc.status
+        if code < 400:
+            return exc  # redirects and the like pass through unchanged
+        if code == 404:
+            message = "the server could not find the requested resource"
+        elif code == 405:
+            message = "the server does not allow this method on the requested resource"
+        else:
+            message = exc.reason or f"HTTP {code}"
+        response = _status_response(code=code, message=message)
+        allow = exc.headers.get("Allow")
+        if allow:
+            response.headers["Allow"] = allow
+        return response
+
+    # --- handlers ----------------------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        del request
+        return web.Response(body=b"ok", content_type="text/plain")
+
+    async def group_list(self, request: web.Request) -> web.Response:
+        del request
+        return web.Response(body=self._group_list, content_type=_JSON)
+
+    async def group(self, request: web.Request) -> web.Response:
+        del request
+        return web.Response(body=self._group, content_type=_JSON)
+
+    async def resource_list(self, request: web.Request) -> web.Response:
+        del request
+        return web.Response(body=self._resource_list, content_type=_JSON)
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        raise NotFound(
+            f"{request.path}: this server publishes no OpenAPI document "
+            "(kube-aggregator treats 404 as 'no spec' and skips it)"
+        )
+
+    async def metric(self, request: web.Request) -> web.Response:
+        match_info = request.match_info
+        namespace = match_info["namespace"]
+        metric_name = match_info["metric"]
+        # Hot path: the HPA repeats the same few requests; the raw query string keys the rendered body.
+        key = (namespace, metric_name, request.query_string)
+        cached = self._rendered.get(key)
+        if cached is None or not _same_sources(cached.sources, self._fetch(namespace, cached.pinned)):
+            try:
+                metric = ExternalMetric(metric_name)
+            except ValueError:
+                raise NotFound(f"the server could not find the metric {metric_name} for {GROUP}") from None
+            cached = self._render(namespace, metric, request.query.get("labelSelector", ""))
+            self._remember(self._rendered, key, cached)
+        return web.Response(body=cached.body, content_type=_JSON)
+
+    # --- rendering ---------------------------------------------------------------------------------------
+
+    def _selector(self, raw: str) -> Selector:
+        selector = self._selectors.get(raw)
+        if selector is None:
+            selector = parse_selector(raw)  # raises BadRequest; invalid input is never cached
+            self._remember(self._selectors, raw, selector)
+        return selector
+
+    def _fetch(self, namespace: str, pinned: tuple[VariantKey, ...] | None) -> list[StoredDecision]:
+        if pinned is None:
+            return self._reader.list(namespace)
+        get = self._reader.get
+        return [entry for entry in map(get, pinned) if entry is not None]
+
+    def _render(self, namespace: str, metric: ExternalMetric, raw_selector: str) -> _Rendered:
+        selector = self._selector(raw_selector)
+        names = selector.required_values(LABEL_VARIANT)
+        pinned = None if names is None else tuple(VariantKey(namespace, name) for name in sorted(names))
+        candidates = self._fetch(namespace, pinned)
+        value_of = _VALUE_OF[metric]
+        items = [
+            {
+                "metricName": metric.value,
+                "metricLabels": labels,
+                "timestamp": format_rfc3339(entry.decided_at_s),
+                "value": format_quantity(value_of(entry.decision)),
+            }
+            for entry in candidates
+            if selector.matches(labels := _labels(entry.decision))
+        ]
+        body = _dumps({"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items})
+        return _Rendered(pinned, tuple(candidates), body)
+
+    def _remember(self, cache: dict[Any, Any], key: Any, value: Any) -> None:
+        """Bounded insert: a client cycling through random selectors cannot grow memory without limit."""
+        if len(cache) >= self._cache_entries:
+            del cache[next(iter(cache))]
+        cache[key] = value
+
+
+def _attributes(method: str, path: str) -> RequestAttributes:
+    """SubjectAccessReview attributes of a request, following k8s.io/apiserver's RequestInfo."""
+    if path.startswith(_NAMESPACES_PREFIX):
+        parts = path[len(_NAMESPACES_PREFIX) :].split("/")
+        if len(parts) == 2 and all(parts):
+            return RequestAttributes(
+                verb=_RESOURCE_VERBS.get(method, method.lower()),
+                path=path,
+                resource_request=True,
+                namespace=parts[0],
+                api_group=GROUP,
+                api_version=VERSION,
+                resource=parts[1],
+            )
+    return RequestAttributes(verb=method.lower(), path=path)
+
+
+class _ForbiddenError(Forbidden):
+    def __init__(self, message: str, details: Mapping[str, Any] | None) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def _quoted(text: str) -> str:
+    """Go's `%q` for the names that appear in messages (JSON string quoting is the same for them)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _forbidden(user: UserInfo, attributes: RequestAttributes) -> Forbidden:
+    """kube-apiserver's wording, so `kubectl` and HPA events read the same as for any other API."""
+    if attributes.resource_request:
+        qualified = f"{attributes.resource}.{attributes.api_group}"
+        message = (
+            f"{qualified} is forbidden: User {_quoted(user.name)} cannot {attributes.verb} resource "
+            f"{_quoted(attributes.resource)} in API group {_quoted(attributes.api_group)} in the namespace "
+            f"{_quoted(attributes.namespace)}"
+        )
+        return _ForbiddenError(message, {"group": attributes.api_group, "kind": attributes.resource})
+    message = f"forbidden: User {_quoted(user.name)} cannot {attributes.verb} path {_quoted(attributes.path)}"
+    return _ForbiddenError(message, None)
+
+
+def build_external_metrics_app(
+    reader: DecisionReader,
+    *,
+    authenticator: Authenticator | None = None,
+    authorizer: Authorizer | None = None,
+    always_allow_groups: Collection[str] = ("system:masters",),
+    cache_entries: int = 4096,
+) -> web.Application:
+    """The aiohttp application serving the External Metrics API from `reader`.
+
+    `authenticator=None` disables authentication (every request is `ANONYMOUS`; for the demo and tests
+    only). `authorizer=None` disables authorization. Members of `always_allow_groups` skip the authorizer
+    (Go's default: `system:masters`, which is how the aggregator's availability probe is let in).
+    `cache_entries` bounds the parsed-selector and rendered-body caches.
+    """
+    if cache_entries < 1:
+        raise ValueError(f"cache_entries must be ≥ 1, got {cache_entries}")
+    api = _ExternalMetricsAPI(
+        reader,
+        authenticator=authenticator,
+        authorizer=authorizer,
+        always_allow_groups=always_allow_groups,
+        cache_entries=cache_entries,
+    )
+    app = web.Application(middlewares=[api.middleware])
+    for path in sorted(HEALTH_PATHS):
+        app.router.add_get(path, api.health)
+    app.router.add_get("/apis", api.group_list)
+    app.router.add_get(f"/apis/{GROUP}", api.group)
+    app.router.add_get(f"/apis/{GROUP_VERSION}", api.resource_list)
+    app.router.add_get(f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}", api.metric, name="metric")
+    app.router.add_get("/openapi/v2", api.openapi)
+    app.router.add_get("/openapi/v3", api.openapi)
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class RunningServer:
+    """A started HTTPS server; `port` is the bound port (useful when asked for port 0)."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_https_server(
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext,
+    shutdown_timeout_s: float = 5.0,
+    access_log: bool = False,
+) -> RunningServer:
+    """Serve `app` over TLS on host:port (0 = ephemeral). Access logging is off by default: at HPA request
+    rates it costs more than the request itself; our own /metrics records latency instead."""
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=_log if access_log else None, shutdown_timeout=shutdown_timeout_s
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound_port = port
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            bound_port = int(address[1])
+            break
+    return RunningServer(runner, host, bound_port)
