@@ -82,7 +82,18 @@ def decide(
     for model, views in sorted(snapshot.variants_by_model().items()):
         sat_cfg, sat_warn = config.configmaps.saturation(model)
         s2z_cfg, s2z_warn = config.configmaps.scale_to_zero(model)
-        config_warnings = tuple(dict.fromkeys(sat_warn + s2z_warn))
+        unsupported = []
+        if config.configmaps.has_queueing_default(model.namespace):
+            unsupported.append(
+                "wva-queueing-model-config selects the queueing-model analyzer, which this version does not "
+                "implement; deciding with the percentage-based saturation analyzer"
+            )
+        elif sat_cfg.token_based:
+            unsupported.append(
+                f"analyzerName {sat_cfg.analyzer_name!r} selects the token-based analyzer, which this version "
+                "does not implement; deciding with the percentage-based saturation analyzer"
+            )
+        config_warnings = tuple(dict.fromkeys(sat_warn + s2z_warn + unsupported))
         warnings.extend(config_warnings)
         outcome = _decide_model(
             model,

@@ -118,7 +118,7 @@ class Requirement:
 
 @dataclass(frozen=True, slots=True)
 class Selector:
-    """A parsed selector: the AND of its requirements. The empty selector matches everything."""
+    """A parsed selector: the AND of its requirements (sorted by key when parsed). Empty matches everything."""
 
     requirements: tuple[Requirement, ...] = ()
 
@@ -142,8 +142,8 @@ class Selector:
         return allowed
 
     def __str__(self) -> str:
-        """The canonical form (requirements sorted by key, as Go's parser orders them)."""
-        return ",".join(str(r) for r in sorted(self.requirements, key=lambda r: r.key))
+        """The canonical form (Go's `Selector.String()`): parsed requirements are already sorted by key."""
+        return ",".join(str(r) for r in self.requirements)
 
 
 EVERYTHING = Selector()
@@ -257,7 +257,8 @@ class _Parser:
             requirements.append(self._requirement())
             kind, literal = self._next()
             if kind is _Tok.END:
-                return Selector(tuple(requirements))
+                # Sorted by key like Go's parser, so equal selectors compare (and cache) equal.
+                return Selector(tuple(sorted(requirements, key=lambda r: r.key)))
             if kind is not _Tok.COMMA:
                 raise self.fail(f"found '{_shown(kind, literal)}', expected: ',' or 'end of string'")
             kind, literal = self._peek()
