@@ -167,6 +167,30 @@ def _fallback_variants(views: Sequence[VariantView], state: EngineState) -> list
     return out
 
 
+def _valid_samples(
+    views: Sequence[VariantView], pods_by_variant: Mapping[VariantKey, list[PodMetrics]]
+) -> tuple[list[PodMetrics], list[str], list[str]]:
+    """The model's usable pod samples, a note per dropped one, and a hold reason per variant left with none."""
+    pods: list[PodMetrics] = []
+    notes: list[str] = []
+    hold_reasons: list[str] = []
+    for view in views:
+        valid = invalid = 0
+        for pod in pods_by_variant.get(view.key, []):
+            if _usable(pod):
+                pods.append(pod)
+                valid += 1
+            elif pod.has_saturation_metrics:
+                invalid += 1
+                notes.append(
+                    f"pod {pod.pod}: dropped invalid sample (kv_cache_usage={pod.kv_cache_usage}, "
+                    f"queue_length={pod.queue_length})"
+                )
+        if invalid and not valid:
+            hold_reasons.append(f"{view.key.name}: all {invalid} pod samples invalid")
+    return pods, notes, hold_reasons
+
+
 def _usable(pod: PodMetrics) -> bool:
     return (
         all(value is None or (math.isfinite(value) and value >= 0) for value in (pod.kv_cache_usage, pod.queue_length))
@@ -186,17 +210,7 @@ def _decide_model(
     now_s: float,
 ) -> _ModelOutcome:
     fb_variants = _fallback_variants(views, state)
-    notes: list[str] = []
-    pods: list[PodMetrics] = []
-    for view in views:
-        for pod in pods_by_variant.get(view.key, []):
-            if _usable(pod):
-                pods.append(pod)
-            elif pod.has_saturation_metrics:
-                notes.append(
-                    f"pod {pod.pod}: dropped invalid sample (kv_cache_usage={pod.kv_cache_usage}, "
-                    f"queue_length={pod.queue_length})"
-                )
+    pods, notes, hold_reasons = _valid_samples(views, pods_by_variant)
 
     if not snapshot.metrics_ok(model) or not pods:
         reason = "PrometheusError" if not snapshot.metrics_ok(model) else "MetricsMissing"
@@ -230,6 +244,7 @@ def _decide_model(
         now_s=now_s,
         transition_timeout_s=sat_cfg.transition_timeout_s,
         not_reporting=remembered,
+        hold_reasons=hold_reasons,
     )
     notes.extend(result.notes)
 

@@ -207,14 +207,19 @@ def calculate_targets(
     now_s: float,
     transition_timeout_s: float,
     not_reporting: Mapping[str, NotReportingSince],
+    hold_reasons: Sequence[str] = (),
 ) -> TargetResult:
-    """Seed 000's CalculateSaturationTargets with transition blocking, cascade prevention and bounds."""
+    """Seed 000's CalculateSaturationTargets with transition blocking, cascade prevention and bounds.
+
+    `hold_reasons` block the model like a transition does (the engine passes one per variant whose samples
+    were all invalid: its capacity is unknown, so no other variant may move on its behalf).
+    """
     state_of = {s.name: s for s in states}
     analysed = [v for v in analysis.variants if v.name in state_of]
     if not analysed:
         return TargetResult(targets={}, blocked=False)
 
-    block_reasons: list[str] = []
+    block_reasons: list[str] = list(hold_reasons)
     notes: list[str] = []
     still_not_reporting: dict[str, NotReportingSince] = {}
     pending_desired: dict[str, int] = {}

@@ -41,7 +41,7 @@ DEFAULT_CONTROLLER_NAMESPACE = "workload-variant-autoscaler-system"
 class _Entry(BaseModel):
     """Common shape: every field optional so that an entry can inherit what it leaves unset."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
     model_id: str | None = None
     namespace: str | None = None
 

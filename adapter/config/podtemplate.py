@@ -36,10 +36,12 @@ def gpus_per_replica(template: Mapping[str, Any]) -> int:
     total = 0
     for container in _containers(template):
         resources = container.get("resources") or {}
-        amounts = resources.get("requests") or resources.get("limits") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
         for name in GPU_RESOURCES:
+            # Extended resources: a limit alone implies an equal request (Kubernetes defaulting).
+            amount = requests.get(name, limits.get(name, 0))
             try:
-                total += int(str(amounts.get(name, 0)))
+                total += int(str(amount))
             except ValueError:
                 continue
     return total or 1

@@ -125,7 +125,15 @@ def parse_va(obj: Mapping[str, Any], *, source: str = "VariantAutoscaling") -> V
     except ValidationError as exc:
         name = obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
         label = f"{source} {name}" if name else source
-        raise ManifestError("; ".join(describe(exc, source=label))) from None
+        messages = describe(exc, source=label)
+        spec = obj.get("spec")
+        if isinstance(spec, Mapping):
+            lo, hi = spec.get("minReplicas", 1), spec.get("maxReplicas", 2)
+            bounds_msg = f"minReplicas ({lo}) must be less than or equal to maxReplicas ({hi})"
+            ints = type(lo) is int and type(hi) is int
+            if ints and lo > hi and not any(bounds_msg in m for m in messages):
+                messages.append(f"{label}.spec: {bounds_msg}")
+        raise ManifestError("; ".join(messages)) from None
 
 
 def _time(value: Any) -> float | None:

@@ -1,5 +1,8 @@
 """The fallback hierarchy of seed 002: what to decide when the optimizer has no solution for a model.
 
+One deliberate difference (docs/deviations.md #12): on a first run with the scale target *found* at 0 replicas
+and scale-to-zero enabled, the last resort keeps 0 instead of the "safe default of 1"; scale-from-zero wakes it.
+
     1. optimizer solution  — `protect_zero` guards an optimizer/enforcer 0 with the retention period
     2. fallback allocation — this process decided the VA before: keep that intent until the retention
                              period since `lastUpdate` passes, then scenarios A/B/C

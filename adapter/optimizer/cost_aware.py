@@ -96,4 +96,3 @@ def _scale_down(request: ScalingRequest, targets: dict[str, int]) -> Allocation:
         targets[v.name] -= take
         remaining -= take * v.per_replica_capacity
     return Allocation(targets, 0.0)
-

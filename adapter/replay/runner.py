@@ -58,7 +58,8 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
             metrics_available=cycle.prometheus == "ok",
         )
         result, state = engine.decide(snapshot, state, config, now_s)
-        statuses.update(engine.statuses(result, snapshot))
+        new_statuses = engine.statuses(result, snapshot)
+        statuses.update(new_statuses)
         mismatches = _mismatches(cycle, result.decisions)
         passed = passed and not mismatches
         cycles_out.append(
@@ -71,6 +72,7 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
                         "reason": d.reason,
                         "analyzer": str(d.analyzer),
                         "path": str(d.path),
+                        "last_update": _last_update(new_statuses[key]),
                         **({"notes": list(d.notes)} if d.notes else {}),
                     }
                     for key, d in sorted(result.decisions.items())
@@ -104,3 +106,10 @@ def _mismatches(cycle: fx.FixtureCycle, decisions: Any) -> list[dict[str, Any]]:
         if want.reason is not None and want.reason not in got.reason:
             out.append({"variant": key_text, "field": "reason", "expected": want.reason, "actual": got.reason})
     return out
+
+
+def _last_update(status: VariantStatus) -> str | None:
+    desired = status.desired
+    if desired is None or desired.last_update_s is None:
+        return None
+    return format_rfc3339(desired.last_update_s)

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from multidict import CIMultiDict, CIMultiDictProxy
+
 from adapter.domain.errors import ConfigError
 
 __all__ = [
@@ -191,24 +193,21 @@ def peer_common_name(peer_cert: PeerCert | None) -> str | None:
     return common_name
 
 
-def _all_values(headers: Mapping[str, str], names: Sequence[str]) -> list[str]:
-    getall: Callable[[str, tuple[()]], list[str]] | None = getattr(headers, "getall", None)
-    values: list[str] = []
-    for name in names:
-        if getall is not None:
-            values.extend(getall(name, ()))
-        elif name in headers:
-            values.append(headers[name])
-    return values
-
-
 class RequestHeaderAuthenticator:
-    """Authenticator for requests proxied by kube-apiserver (front-proxy / requestheader)."""
+    """Authenticator for requests proxied by kube-apiserver (front-proxy / requestheader).
+
+    It runs on every request, so it is written for speed: header lookups go through the multi-dict's
+    C `getall`, one pass finds the extra headers, and the resulting (immutable) UserInfo objects are
+    memoized by their raw header values, which also makes the authorization cache's key cheap to hash.
+    """
+
+    _MEMO_ENTRIES = 1024
 
     def __init__(self, config: RequestHeaderConfig) -> None:
         self._config = config
         self._allowed = frozenset(config.allowed_names)
         self._prefixes = tuple(p.lower() for p in config.extra_headers_prefixes)
+        self._memo: dict[tuple[Any, ...], UserInfo] = {}
 
     @property
     def config(self) -> RequestHeaderConfig:
@@ -220,40 +219,68 @@ class RequestHeaderAuthenticator:
         self._config = config
         self._allowed = frozenset(config.allowed_names)
         self._prefixes = tuple(p.lower() for p in config.extra_headers_prefixes)
+        self._memo = {}
 
     async def authenticate(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
         return self.authenticate_sync(peer_cert=peer_cert, headers=headers)
 
     def authenticate_sync(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
-        """The whole check; synchronous because it does no I/O (the server calls this directly)."""
+        """The whole check; synchronous because it does no I/O."""
         common_name = peer_common_name(peer_cert)
         if common_name is None:
             return None  # no verified client certificate: the headers cannot be trusted
         if self._allowed and common_name not in self._allowed:
             return None
+        multi = headers if isinstance(headers, CIMultiDictProxy | CIMultiDict) else CIMultiDict(headers)
+        getall: Callable[[str, tuple[()]], Sequence[str]] = multi.getall
         config = self._config
-        name = next((v for v in _all_values(headers, config.username_headers) if v), "")
+        name = _first_value(getall, config.username_headers)
         if not name:
             return None
-        uid = next((v for v in _all_values(headers, config.uid_headers) if v), "")
-        groups = _all_values(headers, config.group_headers)
-        if AUTHENTICATED_GROUP not in groups:
-            groups.append(AUTHENTICATED_GROUP)
-        extra: dict[str, list[str]] = {}
-        if self._prefixes:
-            for header, value in headers.items():
+        uid = _first_value(getall, config.uid_headers)
+        group_headers = config.group_headers
+        if len(group_headers) == 1:
+            groups = tuple(getall(group_headers[0], ()))
+        else:
+            groups = tuple(value for header in group_headers for value in getall(header, ()))
+        extra_items: list[tuple[str, str]] = []
+        prefixes = self._prefixes
+        if prefixes:
+            for header, value in multi.items():
                 lowered = header.lower()
-                for prefix in self._prefixes:
-                    if lowered.startswith(prefix) and len(lowered) > len(prefix):
-                        key = urllib.parse.unquote(lowered[len(prefix) :])
-                        extra.setdefault(key, []).append(value)
-                        break
-        return UserInfo(
-            name=name,
-            uid=uid,
-            groups=tuple(groups),
-            extra=tuple(sorted((key, tuple(values)) for key, values in extra.items())),
-        )
+                if lowered.startswith(prefixes):
+                    extra_items.append((lowered, value))
+        memo_key = (name, uid, groups, tuple(extra_items))
+        user = self._memo.get(memo_key)
+        if user is None:
+            user = UserInfo(
+                name=name,
+                uid=uid,
+                groups=groups if AUTHENTICATED_GROUP in groups else (*groups, AUTHENTICATED_GROUP),
+                extra=self._extra(memo_key[3]),
+            )
+            if len(self._memo) >= self._MEMO_ENTRIES:
+                del self._memo[next(iter(self._memo))]
+            self._memo[memo_key] = user
+        return user
+
+    def _extra(self, items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """`X-Remote-Extra-<key>` → key lower-cased and percent-decoded (as Go), values in header order."""
+        extra: dict[str, list[str]] = {}
+        for lowered, value in items:
+            prefix = next(p for p in self._prefixes if lowered.startswith(p))
+            if len(lowered) > len(prefix):
+                extra.setdefault(urllib.parse.unquote(lowered[len(prefix) :]), []).append(value)
+        return tuple(sorted((key, tuple(values)) for key, values in extra.items()))
+
+
+def _first_value(getall: Callable[[str, tuple[()]], Sequence[str]], names: Sequence[str]) -> str:
+    """The first non-empty value among `names`, in order (Go: the first username header with a value)."""
+    for header in names:
+        for value in getall(header, ()):
+            if value:
+                return value
+    return ""
 
 
 # --- authorization -----------------------------------------------------------------------------------------

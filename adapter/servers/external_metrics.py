@@ -228,6 +228,7 @@ class _ExternalMetricsAPI:
         self._cache_entries = cache_entries
         self._selectors: dict[str, Selector] = {}
         self._rendered: dict[tuple[str, str, str], _Rendered] = {}
+        self._attributes: dict[tuple[str, str], RequestAttributes] = {}
         self._group_list, self._group, self._resource_list = _discovery_documents()
 
     # --- middleware: identity, permission, errors --------------------------------------------------------
@@ -261,7 +262,11 @@ class _ExternalMetricsAPI:
             user = authenticated
         if self._authorizer is None or not self._always_allow.isdisjoint(user.groups):
             return
-        attributes = _attributes(request.method, request.path)
+        method, path = request.method, request.path
+        attributes = self._attributes.get((method, path))
+        if attributes is None:
+            attributes = _attributes(method, path)
+            self._remember(self._attributes, (method, path), attributes)
         if not await self._authorizer.authorize(user, attributes):
             raise _forbidden(user, attributes)
 
@@ -273,7 +278,7 @@ class _ExternalMetricsAPI:
     def _http_exception_response(exc: web.HTTPException) -> web.StreamResponse:
         code = exc.status
         if code < 400:
-            return exc  # redirects and the like pass through unchanged
+            raise exc  # redirects and the like are not errors: let aiohttp send them as they are
         if code == 404:
             message = "the server could not find the requested resource"
         elif code == 405:

@@ -98,6 +98,7 @@ class DecisionStore:
             changed = set(self._entries) - set(decisions)
             for key in changed:
                 del self._entries[key]
+                self._version += 1
             for key, decision in decisions.items():
                 if self._put(key, decision, now_s):
                     changed.add(key)
