@@ -122,7 +122,8 @@ def _last_resort(v: FallbackVariant, group: Sequence[FallbackVariant], cfg: Scal
         )
         return Held(desired, reason, path)
     if v.current_replicas == 0 and v.bounds.min_replicas == 0:
-        if any(o.name != v.name and o.current_replicas > 0 for o in group):
+        # "Running" includes a variant already asked to run (e.g. just woken by scale-from-zero).
+        if any(o.name != v.name and (o.current_replicas > 0 or _intent(o) > 0) for o in group):
             return Held(0, "Last resort: first run, other variants handling load, starting at 0", path)
         if v.target_resolved and cfg.enabled:
             # Ours: the target exists and is deliberately at zero, and scale-to-zero is on; waking it
@@ -133,6 +134,10 @@ def _last_resort(v: FallbackVariant, group: Sequence[FallbackVariant], cfg: Scal
         return Held(clamp(1, v.bounds), reason, path)
     desired = clamp(v.current_replicas, v.bounds)
     return Held(desired, f"Last resort: first run, using current deployment replicas={v.current_replicas}", path)
+
+
+def _intent(v: FallbackVariant) -> int:
+    return v.previous.num_replicas if v.previous is not None else 0
 
 
 def _scenario(

@@ -1,0 +1,67 @@
+"""Pure joins: a ClusterView and a Collection into the engine's Snapshot; VA statuses into served decisions."""
+
+from __future__ import annotations
+
+from adapter.config.configmaps import ConfigSet
+from adapter.domain.cluster import ClusterView, Collection, ModelQuery
+from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
+from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import ConditionType, Snapshot
+
+
+def model_queries(view: ClusterView, configmaps: ConfigSet) -> list[ModelQuery]:
+    """One query per model, with its scale-to-zero retention window."""
+    return [ModelQuery(model, configmaps.scale_to_zero(model)[0].retention_period_s) for model in view.models()]
+
+
+def build_snapshot(view: ClusterView, collection: Collection, *, now_s: float) -> Snapshot:
+    known = {v.key for v in view.variants}
+    pods = tuple(p for p in collection.pods if VariantKey(p.namespace, p.variant) in known)
+    return Snapshot(
+        taken_at_s=now_s,
+        variants=view.variants,
+        pods=pods,
+        models=dict(collection.models),
+        nodes=view.nodes,
+        metrics_available=collection.available,
+        unavailable_models=collection.unavailable_models,
+    )
+
+
+def decisions_from_status(view: ClusterView) -> dict[VariantKey, VariantDecision]:
+    """What a follower serves: the leader's decisions as persisted in VA status (watched).
+
+    Every replica therefore answers the same values, and a fail-over loses nothing: the new leader starts
+    from the same statuses. A VA without a persisted decision is not served yet (the API answers 404 for it,
+    KEDA NOT_FOUND), rather than inventing a number.
+    """
+    out: dict[VariantKey, VariantDecision] = {}
+    for v in view.variants:
+        desired = v.status.desired
+        if desired is None:
+            continue
+        metrics = v.status.condition(ConditionType.METRICS_AVAILABLE)
+        out[v.key] = VariantDecision(
+            key=v.key,
+            model_id=v.spec.model_id,
+            desired_replicas=desired.num_replicas,
+            current_replicas=v.target.replicas if v.target else 0,
+            reason=desired.reason,
+            path=_path_of(desired.reason),
+            analyzer=AnalyzerName.NONE,
+            accelerator=v.accelerator,
+            cost=v.spec.cost,
+            metrics_available=metrics.status if metrics else False,
+            conditions=v.status.conditions,
+        )
+    return out
+
+
+def _path_of(reason: str) -> DecisionPath:
+    if reason.startswith("Fallback:"):
+        return DecisionPath.FALLBACK
+    if reason.startswith("Last resort:"):
+        return DecisionPath.LAST_RESORT
+    if reason.startswith("scalefromzero"):
+        return DecisionPath.SCALE_FROM_ZERO
+    return DecisionPath.OPTIMIZER

@@ -1,0 +1,225 @@
+"""The reconciler: the only place where time passes. It joins the edges to the pure engine.
+
+Leader, every `interval_s`:
+    view = cluster.view() ─► collect(metrics) ─► Snapshot ─► engine.decide ─► store.publish ─► VA status writes
+Leader, every `wake_interval_s` (100 ms): models whose every variant is at zero and whose EPP queue holds
+    requests get one replica on the cheapest variant, published at once (the KEDA stream pushes it).
+Follower: serves the leader's decisions from the VA statuses it watches, so every replica answers the same.
+
+A failed collection is not an error of the cycle: the engine's fallback hierarchy decides for the affected
+models. Only a bug (an exception from the engine) marks the cycle failed, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from adapter import engine
+from adapter.config.configmaps import ConfigSet
+from adapter.config.engine import EngineConfig
+from adapter.domain.cluster import ClusterView, Collection
+from adapter.domain.decision import AnalyzerName, CycleResult, DecisionPath, VariantDecision
+from adapter.domain.errors import AdapterError
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import DesiredAlloc, VariantStatus
+from adapter.enforcer.scale_from_zero import is_idle, wake
+from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries
+from adapter.reconciler.ports import ClusterSource, CycleObserver, EppSource, Leadership, MetricsSource, StatusSink
+from adapter.store import DecisionStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilerOptions:
+    controller_namespace: str
+    interval_s: float = 30.0
+    wake_interval_s: float = 0.1
+    collect_timeout_s: float = 20.0
+    status_concurrency: int = 8
+    scale_to_zero_env: str | None = None
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        cluster: ClusterSource,
+        metrics: MetricsSource,
+        epp: EppSource | None,
+        status: StatusSink,
+        leadership: Leadership,
+        store: DecisionStore,
+        options: ReconcilerOptions,
+        observer: CycleObserver | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._cluster = cluster
+        self._metrics = metrics
+        self._epp = epp
+        self._status = status
+        self._leadership = leadership
+        self._store = store
+        self._options = options
+        self._observer = observer
+        self._clock = clock
+        self._state = engine.EngineState()
+        self._previous: dict[VariantKey, VariantDecision] = {}
+        self.cycles = 0
+        self.last_error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Ready once the inventory has synced and something has been published (leader or follower)."""
+        return self.cycles > 0
+
+    def _configmaps(self, view: ClusterView) -> ConfigSet:
+        return ConfigSet.from_raw(
+            view.configmaps,
+            controller_namespace=self._options.controller_namespace,
+            scale_to_zero_env=self._options.scale_to_zero_env,
+        )
+
+    async def run_cycle(self) -> CycleResult | None:
+        """One cycle. Returns the engine's result on the leader, None on a follower or before sync."""
+        view = self._cluster.view()
+        if not view.synced:
+            return None
+        if not self._leadership.is_leader:
+            self._state = engine.EngineState()  # a future leader term starts from VA status, like any leader
+            self._store.publish(decisions_from_status(view), now_s=self._clock())
+            self.cycles += 1
+            return None
+        started = time.perf_counter()
+        now_s = self._clock()
+        try:
+            configmaps = self._configmaps(view)
+            collection = await self._collect(view, configmaps)
+            snapshot = build_snapshot(view, collection, now_s=now_s)
+            result, self._state = engine.decide(snapshot, self._state, EngineConfig(configmaps=configmaps), now_s)
+        except Exception:
+            log.exception("engine cycle failed; serving the previous decisions")
+            if self._observer is not None:
+                self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
+            return None
+        self._store.publish(result.decisions, now_s=now_s)
+        await self._write_statuses(engine.statuses(result, snapshot), view)
+        if self._observer is not None:
+            self._observer.record_cycle(
+                duration_s=time.perf_counter() - started, decisions=result.decisions, previous=self._previous
+            )
+        self._previous = dict(result.decisions)
+        self.cycles += 1
+        return result
+
+    async def _collect(self, view: ClusterView, configmaps: ConfigSet) -> Collection:
+        queries = model_queries(view, configmaps)
+        try:
+            async with asyncio.timeout(self._options.collect_timeout_s):
+                return await self._metrics.collect(queries, view.pod_variants())
+        except (AdapterError, TimeoutError) as exc:
+            self.last_error = f"metrics collection failed: {exc or 'timed out'}"
+            log.warning("%s; the fallback hierarchy decides this cycle", self.last_error)
+            return Collection(available=False, errors=(self.last_error,))
+
+    async def _write_statuses(self, statuses: Mapping[VariantKey, VariantStatus], view: ClusterView) -> None:
+        current = {v.key: v.status for v in view.variants}
+        limit = asyncio.Semaphore(self._options.status_concurrency)
+
+        async def write(key: VariantKey, status: VariantStatus) -> None:
+            async with limit:
+                try:
+                    await self._status.write(key, status, current=current.get(key))
+                except AdapterError as exc:
+                    log.warning("status of %s not written: %s (retried next cycle)", key, exc)
+
+        await asyncio.gather(*(write(k, s) for k, s in statuses.items()))
+
+    async def wake_cycle(self) -> list[VariantKey]:
+        """Scale-from-zero: poll the EPP queues of idle models; wake the cheapest variant of each that waits."""
+        if self._epp is None or not self._leadership.is_leader:
+            return []
+        view = self._cluster.view()
+        if not view.synced:
+            return []
+        groups: dict[ModelKey, list[VariantKey]] = {}
+        by_key = {v.key: v for v in view.variants}
+        for v in view.variants:
+            groups.setdefault(v.spec.model, []).append(v.key)
+        idle = {
+            model: keys
+            for model, keys in groups.items()
+            if is_idle([by_key[k] for k in keys]) and not self._woken(keys)
+        }
+        if not idle:
+            return []
+        pools = [p for p in view.inference_pools if any(k in p.variants for keys in idle.values() for k in keys)]
+        try:
+            queues = await self._epp.queue_sizes(pools)
+        except AdapterError as exc:
+            log.warning("EPP scrape failed: %s", exc)
+            return []
+        woken: list[VariantKey] = []
+        now_s = self._clock()
+        for model, keys in sorted(idle.items()):
+            pick = wake([by_key[k] for k in keys], queue_size=queues.get((model.namespace, model.model_id)))
+            if pick is None:
+                continue
+            key = VariantKey(model.namespace, pick.variant)
+            woken.append(key)
+            await self._publish_wake(key, pick.reason, view=view, now_s=now_s)
+        return woken
+
+    def _woken(self, keys: list[VariantKey]) -> bool:
+        return any((s := self._store.get(k)) is not None and s.desired_replicas > 0 for k in keys)
+
+    async def _publish_wake(self, key: VariantKey, reason: str, *, view: ClusterView, now_s: float) -> None:
+        v = next(x for x in view.variants if x.key == key)
+        decision = VariantDecision(
+            key=key,
+            model_id=v.spec.model_id,
+            desired_replicas=1,
+            current_replicas=v.target.replicas if v.target else 0,
+            reason=reason,
+            path=DecisionPath.SCALE_FROM_ZERO,
+            analyzer=AnalyzerName.NONE,
+            accelerator=v.accelerator,
+            cost=v.spec.cost,
+            metrics_available=False,
+        )
+        self._store.upsert([decision], now_s=now_s)
+        alloc = DesiredAlloc(1, reason, now_s, now_s, v.accelerator)
+        self._state = replace(self._state, allocations={**self._state.allocations, key: alloc})
+        status = replace(v.status, desired=alloc, applied=False)
+        try:
+            await self._status.write(key, status, current=v.status)
+        except AdapterError as exc:
+            log.warning("status of %s not written after waking it: %s", key, exc)
+        log.info("scale-from-zero: %s → 1 (%s)", key, reason)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Cycle every interval and poll wakes every wake interval until `stop` is set."""
+        wake_task = asyncio.create_task(self._wake_loop(stop), name="scale-from-zero")
+        try:
+            while not stop.is_set():
+                await self.run_cycle()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self._options.interval_s)
+        finally:
+            wake_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wake_task
+
+    async def _wake_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.wake_cycle()
+            except Exception:
+                log.exception("scale-from-zero poll failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._options.wake_interval_s)

@@ -1,0 +1,54 @@
+"""What the reconciler needs from the edges. k8s/, metrics/ and servers/ satisfy these structurally."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from adapter.domain.cluster import ClusterView, Collection, InferencePoolInfo, ModelQuery
+from adapter.domain.decision import VariantDecision
+from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import VariantStatus
+
+
+class ClusterSource(Protocol):
+    def view(self) -> ClusterView: ...
+
+
+class MetricsSource(Protocol):
+    async def collect(
+        self, models: Sequence[ModelQuery], pod_variants: Mapping[tuple[str, str], str]
+    ) -> Collection: ...
+
+
+class EppSource(Protocol):
+    async def queue_sizes(self, pools: Sequence[InferencePoolInfo]) -> dict[tuple[str, str], float]: ...
+
+
+class StatusSink(Protocol):
+    async def write(self, key: VariantKey, status: VariantStatus, *, current: VariantStatus | None) -> bool: ...
+
+
+class Leadership(Protocol):
+    @property
+    def is_leader(self) -> bool: ...
+
+
+class CycleObserver(Protocol):
+    def record_cycle(
+        self,
+        *,
+        duration_s: float,
+        decisions: Mapping[VariantKey, VariantDecision],
+        previous: Mapping[VariantKey, VariantDecision],
+    ) -> None: ...
+
+    def record_cycle_error(self, *, duration_s: float) -> None: ...
+
+
+class AlwaysLeader:
+    """Leadership when `--leader-elect` is off: this replica computes and writes."""
+
+    @property
+    def is_leader(self) -> bool:
+        return True

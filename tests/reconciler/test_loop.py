@@ -1,0 +1,253 @@
+"""The reconciler against fake edges: leader cycles, followers serving from status, fail-over, wakes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from adapter.domain.cluster import ClusterView, Collection, InferencePoolInfo, ModelQuery
+from adapter.domain.decision import DecisionPath
+from adapter.domain.errors import PrometheusUnavailable
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import ModelTraffic, PodMetrics, ScaleTarget, VariantSpec, VariantStatus, VariantView
+from adapter.reconciler.loop import Reconciler, ReconcilerOptions
+from adapter.store import DecisionStore
+
+NS = "llm"
+MODEL = ModelKey(NS, "m")
+CM = "workload-variant-autoscaler-system"
+SATURATION = (CM, "wva-saturation-scaling-config", {"default": "kvCacheThreshold: 0.80\nqueueLengthThreshold: 5\n"})
+
+
+def variant(name: str, cost: float, replicas: int, *, status: VariantStatus | None = None) -> VariantView:
+    return VariantView(
+        spec=VariantSpec(VariantKey(NS, name), "m", "Deployment", name, min_replicas=0, max_replicas=10, cost=cost),
+        status=status or VariantStatus(),
+        target=ScaleTarget("Deployment", NS, name, replicas=replicas, ready_replicas=replicas, spec_replicas=replicas),
+    )
+
+
+def pods(name: str, n: int, kv: float) -> list[PodMetrics]:
+    return [PodMetrics(NS, f"{name}-{i}", name, kv_cache_usage=kv, queue_length=0) for i in range(n)]
+
+
+@dataclass
+class FakeCluster:
+    current: ClusterView
+
+    def view(self) -> ClusterView:
+        return self.current
+
+
+@dataclass
+class FakeMetrics:
+    collection: Collection | None = None
+    calls: list[list[ModelQuery]] = field(default_factory=list)
+
+    async def collect(self, models: Sequence[ModelQuery], pod_variants: Mapping[tuple[str, str], str]) -> Collection:
+        self.calls.append(list(models))
+        if self.collection is None:
+            raise PrometheusUnavailable("connection refused")
+        return self.collection
+
+
+@dataclass
+class FakeStatus:
+    writes: dict[VariantKey, VariantStatus] = field(default_factory=dict)
+
+    async def write(self, key: VariantKey, status: VariantStatus, *, current: VariantStatus | None) -> bool:
+        self.writes[key] = status
+        return True
+
+
+@dataclass
+class FakeLeader:
+    is_leader: bool = True
+
+
+@dataclass
+class FakeEpp:
+    sizes: dict[tuple[str, str], float] = field(default_factory=dict)
+    calls: int = 0
+
+    async def queue_sizes(self, pools: Sequence[InferencePoolInfo]) -> dict[tuple[str, str], float]:
+        self.calls += 1
+        return self.sizes
+
+
+def make(
+    view: ClusterView,
+    *,
+    metrics: FakeMetrics,
+    leader: bool = True,
+    epp: FakeEpp | None = None,
+    now: list[float] | None = None,
+) -> tuple[Reconciler, DecisionStore, FakeStatus]:
+    store, status = DecisionStore(), FakeStatus()
+    clock = now or [1_000_000.0]
+    rec = Reconciler(
+        cluster=FakeCluster(view),
+        metrics=metrics,
+        epp=epp,
+        status=status,
+        leadership=FakeLeader(leader),
+        store=store,
+        options=ReconcilerOptions(controller_namespace=CM, interval_s=0.01, wake_interval_s=0.01),
+        clock=lambda: clock[0],
+    )
+    return rec, store, status
+
+
+def busy_view() -> ClusterView:
+    return ClusterView(variants=(variant("cheap", 1, 2), variant("dear", 5, 2)), configmaps=(SATURATION,), synced=True)
+
+
+def busy_collection(kv: float) -> Collection:
+    return Collection(
+        pods=tuple(pods("cheap", 2, kv) + pods("dear", 2, kv)),
+        models={MODEL: ModelTraffic(MODEL, request_count=100)},
+    )
+
+
+async def test_the_leader_decides_publishes_and_writes_every_status() -> None:
+    rec, store, status = make(busy_view(), metrics=FakeMetrics(busy_collection(0.78)))
+    result = await rec.run_cycle()
+    assert result is not None
+    # kv 0.78 everywhere: spare 0.02 < 0.10 → scale up the cheapest variant by one.
+    assert store.get(VariantKey(NS, "cheap")).desired_replicas == 3  # type: ignore[union-attr]
+    assert store.get(VariantKey(NS, "dear")).desired_replicas == 2  # type: ignore[union-attr]
+    assert set(status.writes) == {VariantKey(NS, "cheap"), VariantKey(NS, "dear")}
+    assert status.writes[VariantKey(NS, "cheap")].desired.num_replicas == 3  # type: ignore[union-attr]
+    assert rec.ready
+
+
+async def test_a_failed_collection_lets_the_fallback_hierarchy_decide() -> None:
+    rec, store, _ = make(busy_view(), metrics=FakeMetrics(None))
+    await rec.run_cycle()
+    served = store.get(VariantKey(NS, "cheap"))
+    assert served is not None
+    assert served.decision.path is DecisionPath.LAST_RESORT
+    assert served.desired_replicas == 2  # first run: the current replicas
+    assert "metrics collection failed" in (rec.last_error or "")
+
+
+async def test_a_follower_serves_exactly_what_the_leader_wrote() -> None:
+    leader, leader_store, written = make(busy_view(), metrics=FakeMetrics(busy_collection(0.78)))
+    await leader.run_cycle()
+    with_status = replace(
+        busy_view(), variants=tuple(replace(v, status=written.writes[v.key]) for v in busy_view().variants)
+    )
+    follower, follower_store, follower_writes = make(with_status, metrics=FakeMetrics(None), leader=False)
+    assert await follower.run_cycle() is None
+    assert follower_writes.writes == {}
+    assert {e.key: e.desired_replicas for e in follower_store.list()} == {
+        e.key: e.desired_replicas for e in leader_store.list()
+    }
+
+
+async def test_a_new_leader_after_fail_over_keeps_the_decisions_during_an_outage() -> None:
+    leader, _, written = make(busy_view(), metrics=FakeMetrics(busy_collection(0.78)))
+    await leader.run_cycle()
+    with_status = replace(
+        busy_view(), variants=tuple(replace(v, status=written.writes[v.key]) for v in busy_view().variants)
+    )
+    successor, store, _ = make(with_status, metrics=FakeMetrics(None), now=[1_000_030.0])
+    await successor.run_cycle()
+    assert store.get(VariantKey(NS, "cheap")).desired_replicas == 3  # type: ignore[union-attr]
+    assert "maintaining controller intent" in store.get(VariantKey(NS, "cheap")).decision.reason  # type: ignore[union-attr]
+
+
+async def test_a_configmap_change_takes_effect_in_the_next_cycle() -> None:
+    rec, store, _ = make(busy_view(), metrics=FakeMetrics(busy_collection(0.60)))
+    await rec.run_cycle()
+    assert store.get(VariantKey(NS, "cheap")).desired_replicas == 2  # type: ignore[union-attr]  spare 0.2: steady
+    strict = (CM, "wva-saturation-scaling-config", {"default": "kvCacheThreshold: 0.65\nkvSpareTrigger: 0.10\n"})
+    rec._cluster = FakeCluster(replace(busy_view(), configmaps=(strict,)))  # type: ignore[assignment]
+    await rec.run_cycle()
+    assert store.get(VariantKey(NS, "cheap")).desired_replicas == 3  # type: ignore[union-attr]  spare 0.05 < 0.10
+
+
+async def test_nothing_is_decided_before_the_inventory_has_synced() -> None:
+    rec, store, status = make(replace(busy_view(), synced=False), metrics=FakeMetrics(busy_collection(0.5)))
+    assert await rec.run_cycle() is None
+    assert store.list() == []
+    assert status.writes == {}
+    assert not rec.ready
+
+
+def idle_view() -> ClusterView:
+    return ClusterView(
+        variants=(variant("cheap", 1, 0), variant("dear", 5, 0)),
+        inference_pools=(
+            InferencePoolInfo(NS, "pool", {"app": "m"}, variants=(VariantKey(NS, "cheap"), VariantKey(NS, "dear"))),
+        ),
+        synced=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("view", "queue", "expected", "scrapes"),
+    [
+        pytest.param(idle_view(), 3.0, [VariantKey(NS, "cheap")], (1, 1), id="queued-request-wakes-the-cheapest"),
+        pytest.param(idle_view(), 0.0, [], (1, 2), id="empty-queue-wakes-nothing-and-keeps-polling"),
+        pytest.param(
+            replace(idle_view(), variants=(variant("cheap", 1, 0), variant("dear", 5, 1))),
+            3.0,
+            [],
+            (0, 0),
+            id="a-running-variant-serves-the-queue-no-scrape",
+        ),
+    ],
+)
+async def test_scale_from_zero_wakes_one_replica_on_the_cheapest_variant(
+    view: ClusterView, queue: float, expected: list[VariantKey], scrapes: tuple[int, int]
+) -> None:
+    epp = FakeEpp({(NS, "m"): queue})
+    rec, store, status = make(view, metrics=FakeMetrics(None), epp=epp)
+    pushed: list[frozenset[VariantKey]] = []
+    store.subscribe(pushed.append)
+    assert await rec.wake_cycle() == expected
+    for key in expected:
+        stored = store.get(key)
+        assert stored is not None
+        assert stored.desired_replicas == 1
+        assert stored.decision.path is DecisionPath.SCALE_FROM_ZERO
+        assert "pending request" in stored.decision.reason
+        assert status.writes[key].desired.num_replicas == 1  # type: ignore[union-attr]
+        assert pushed == [frozenset({key})]
+    assert epp.calls == scrapes[0]
+    # Already woken (or not idle): the next poll does not scrape again; an idle empty model is polled again.
+    await rec.wake_cycle()
+    assert epp.calls == scrapes[1]
+
+
+async def test_a_follower_never_wakes_anything() -> None:
+    rec, store, _ = make(idle_view(), metrics=FakeMetrics(None), leader=False, epp=FakeEpp({(NS, "m"): 5.0}))
+    assert await rec.wake_cycle() == []
+    assert store.list() == []
+
+
+async def test_the_engine_keeps_a_woken_variant_while_it_starts() -> None:
+    rec, store, status = make(idle_view(), metrics=FakeMetrics(Collection()), epp=FakeEpp({(NS, "m"): 2.0}))
+    await rec.wake_cycle()
+    view = idle_view()
+    view = replace(view, variants=tuple(replace(v, status=status.writes.get(v.key, v.status)) for v in view.variants))
+    rec._cluster = FakeCluster(view)  # type: ignore[assignment]
+    await rec.run_cycle()  # no pods report yet: the fallback keeps the woken replica
+    assert store.get(VariantKey(NS, "cheap")).desired_replicas == 1  # type: ignore[union-attr]
+    assert store.get(VariantKey(NS, "dear")).desired_replicas == 0  # type: ignore[union-attr]
+
+
+async def test_run_stops_promptly_when_asked() -> None:
+    rec, store, _ = make(busy_view(), metrics=FakeMetrics(busy_collection(0.5)), epp=FakeEpp())
+    stop = asyncio.Event()
+    task = asyncio.create_task(rec.run(stop))
+    async with asyncio.timeout(5):
+        while rec.cycles < 3:
+            await asyncio.sleep(0.005)
+    stop.set()
+    await asyncio.wait_for(task, timeout=5)
+    assert len(store.list()) == 2
