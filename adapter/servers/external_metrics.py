@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -59,6 +60,7 @@ __all__ = [
     "LABEL_VARIANT",
     "VERSION",
     "ExternalMetric",
+    "RequestObserver",
     "RunningServer",
     "build_external_metrics_app",
     "start_https_server",
@@ -78,6 +80,21 @@ ANONYMOUS: Final = UserInfo(name="system:anonymous", groups=("system:unauthentic
 """Who a request is when authentication is disabled (the demo): what kube-apiserver calls anonymous."""
 
 _NAMESPACES_PREFIX: Final = f"/apis/{GROUP_VERSION}/namespaces/"
+_ENDPOINTS: Final = {
+    "metric": "metric",
+    "apis": "discovery",
+    "group": "discovery",
+    "resources": "discovery",
+    "healthz": "health",
+    "livez": "health",
+    "readyz": "health",
+    "openapi-v2": "openapi",
+    "openapi-v3": "openapi",
+}
+"""Route name → the `endpoint` an observer sees (few values, so a metric label stays low-cardinality)."""
+
+RequestObserver = Callable[[str, int, float], None]
+"""`observer(endpoint, http_status, duration_s)`, called once per request."""
 _JSON: Final = "application/json"
 
 
@@ -219,8 +236,12 @@ class _ExternalMetricsAPI:
         authorizer: Authorizer | None,
         always_allow_groups: Collection[str],
         cache_entries: int,
+        observer: RequestObserver | None,
+        clock: Callable[[], float],
     ) -> None:
         self._reader = reader
+        self._observer = observer
+        self._clock = clock
         self._authenticator = authenticator
         self._authorizer = authorizer
         self._always_allow = frozenset(always_allow_groups)
@@ -235,21 +256,34 @@ class _ExternalMetricsAPI:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        observer = self._observer
+        started_s = self._clock() if observer is not None else 0.0
+        response: web.StreamResponse
         try:
             if self._auth_enabled and request.path not in HEALTH_PATHS:
                 await self._check_access(request)
-            response: web.StreamResponse = await handler(request)
-            return response
+            response = await handler(request)
         except ServeError as exc:
-            return self._error_response(exc)
+            response = self._error_response(exc)
         except web.HTTPException as exc:
-            return self._http_exception_response(exc)
+            response = self._http_exception_response(exc)
         except Exception:
             _log.exception("external metrics: unexpected error serving %s %s", request.method, request.path_qs)
-            return _status_response(
+            response = _status_response(
                 code=500,
                 message="Internal error occurred: the adapter failed to serve this request (see its log)",
             )
+        if observer is not None:
+            self._observe(observer, request, response.status, self._clock() - started_s)
+        return response
+
+    @staticmethod
+    def _observe(observer: RequestObserver, request: web.Request, status: int, duration_s: float) -> None:
+        endpoint = _ENDPOINTS.get(request.match_info.route.name or "", "other")
+        try:
+            observer(endpoint, status, duration_s)
+        except Exception:  # a metrics bug must not fail the HPA's request
+            _log.exception("external metrics: the request observer failed")
 
     async def _check_access(self, request: web.Request) -> None:
         user = ANONYMOUS
@@ -421,13 +455,17 @@ def build_external_metrics_app(
     authorizer: Authorizer | None = None,
     always_allow_groups: Collection[str] = ("system:masters",),
     cache_entries: int = 4096,
+    observer: RequestObserver | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> web.Application:
     """The aiohttp application serving the External Metrics API from `reader`.
 
     `authenticator=None` disables authentication (every request is `ANONYMOUS`; for the demo and tests
     only). `authorizer=None` disables authorization. Members of `always_allow_groups` skip the authorizer
     (Go's default: `system:masters`, which is how the aggregator's availability probe is let in).
-    `cache_entries` bounds the parsed-selector and rendered-body caches.
+    `cache_entries` bounds the parsed-selector and rendered-body caches. `observer(endpoint, status,
+    duration_s)` is called after every request (endpoint ∈ metric, discovery, health, openapi, other), timed
+    with `clock` (seconds, monotonic): the hook for a latency histogram on our own /metrics.
     """
     if cache_entries < 1:
         raise ValueError(f"cache_entries must be ≥ 1, got {cache_entries}")
@@ -437,16 +475,18 @@ def build_external_metrics_app(
         authorizer=authorizer,
         always_allow_groups=always_allow_groups,
         cache_entries=cache_entries,
+        observer=observer,
+        clock=clock,
     )
     app = web.Application(middlewares=[api.middleware])
     for path in sorted(HEALTH_PATHS):
-        app.router.add_get(path, api.health)
-    app.router.add_get("/apis", api.group_list)
-    app.router.add_get(f"/apis/{GROUP}", api.group)
-    app.router.add_get(f"/apis/{GROUP_VERSION}", api.resource_list)
+        app.router.add_get(path, api.health, name=path.strip("/"))
+    app.router.add_get("/apis", api.group_list, name="apis")
+    app.router.add_get(f"/apis/{GROUP}", api.group, name="group")
+    app.router.add_get(f"/apis/{GROUP_VERSION}", api.resource_list, name="resources")
     app.router.add_get(f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}", api.metric, name="metric")
-    app.router.add_get("/openapi/v2", api.openapi)
-    app.router.add_get("/openapi/v3", api.openapi)
+    app.router.add_get("/openapi/v2", api.openapi, name="openapi-v2")
+    app.router.add_get("/openapi/v3", api.openapi, name="openapi-v3")
     return app
 
 
@@ -472,7 +512,7 @@ async def start_https_server(
     access_log: bool = False,
 ) -> RunningServer:
     """Serve `app` over TLS on host:port (0 = ephemeral). Access logging is off by default: at HPA request
-    rates it costs more than the request itself; our own /metrics records latency instead."""
+    rates it costs more than the request itself; latency belongs in a histogram (`observer`)."""
     runner = web.AppRunner(
         app, handle_signals=False, access_log=_log if access_log else None, shutdown_timeout=shutdown_timeout_s
     )
