@@ -167,3 +167,47 @@ def test_demo_rejects_bad_options_with_a_message(
 ) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_ctrl_c_shuts_the_demo_down_cleanly(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.prefix) / "bin" / "wva-adapter"),
+            "demo",
+            "--out",
+            str(tmp_path),
+            "--speed",
+            "50",
+            "--secure-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--health-port",
+            "0",
+            "--examples",
+            str(EXAMPLES),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        seen = ""
+        assert proc.stdout is not None
+        while "reason" not in seen and time.monotonic() < deadline:  # the first table has been printed
+            seen += proc.stdout.readline()
+        assert "reason" in seen, seen
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert "demo: shutting down" in rest
+    assert "Traceback" not in seen + rest
