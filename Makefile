@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 PB_DIR := adapter/servers/_keda_pb
 PB_STAMP := $(PB_DIR)/externalscaler_pb2.py
 
-.PHONY: install run test unit lint bench proto clean fmt
+.PHONY: install run test unit lint bench proto clean fmt prometheus
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP) $(PB_STAMP)
 
@@ -35,7 +36,12 @@ lint: install
 	$(BIN)/mypy adapter
 	$(BIN)/lint-imports
 
-unit: install
+# Debian's Prometheus (2.42) for tests/e2e_prometheus, which fails (never skips) without it.
+prometheus:
+	@command -v prometheus >/dev/null || test -x /usr/bin/prometheus || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends prometheus)
+
+unit: install prometheus
 	$(BIN)/pytest -q
 
 test: lint unit

@@ -12,6 +12,7 @@ BENCHMARKS = (
     ("External Metrics API vs bare aiohttp (no authentication)", "tests.servers.em_bench", []),
     ("External Metrics API vs bare aiohttp (front-proxy authentication)", "tests.servers.em_bench", ["--auth"]),
     ("KEDA GetMetrics vs bare gRPC servicer", "tests.servers.keda_bench", []),
+    ("One cycle at 100 / 1,000 / 10,000 VAs: collect -> decide -> publish", "tests.bench_collect", []),
 )
 
 

@@ -1,0 +1,368 @@
+"""Benchmark: one full reconcile cycle's data path at fleet scale, from recorded Prometheus answers.
+
+    .venv/bin/python -m tests.bench_collect [--runs 5] [--scales 100,1000,10000] [--profile]
+
+Per scale (VAs = models × 3 variants, 10 pods per VA; 1,000 VAs = 334 models and 10,000 pods):
+
+1. `collect`: the real `PrometheusCollector` (prometheus_api_client + requests, JSON decode, our parse and
+   per-pod assembly) against a local aiohttp fake `/api/v1/query` that serves answers generated once (the
+   same query strings `build_queries` makes, realistic labels and values, a few NaN from idle pods).
+   The fake runs in a child process so its work and memory are not measured.
+2. `snapshot`: joining the Collection with the inventory's VariantViews into a `Snapshot`.
+3. `decide`: `adapter.engine.decide` on it.
+4. `publish`: `DecisionStore.publish` of the decisions.
+
+Each scale runs in its own process (so peak RSS is that scale's): one warm-up cycle, then `--runs` measured
+cycles; medians are reported, plus ru_maxrss (peak RSS of the process: Python, the fleet, the answers in
+flight) and tracemalloc's peak for one extra cycle (Python allocations of the cycle alone). Ratios are
+against the 1,000-VA row, so 10× more VAs should read ≈10× for linear growth. No asserts: figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from adapter import engine
+from adapter.config.engine import EngineConfig
+from adapter.domain.cluster import Collection, ModelQuery
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import DesiredAlloc, ScaleTarget, Snapshot, VariantSpec, VariantStatus, VariantView
+from adapter.metrics.collector import PrometheusCollector
+from adapter.metrics.queries import EPP_MODEL_LABEL, SATURATION_V1_QUERIES, Query, QueryName, build_queries
+from adapter.store.decisions import DecisionStore
+
+VARIANTS_PER_MODEL = 3
+PODS_PER_VA = 10
+NAMESPACES = 10
+ACCELERATORS = (("L4", 0.8), ("A100", 2.5), ("H100", 4.0))
+NOW_S = 1_780_000_000.0
+STAGES = ("collect", "snapshot", "decide", "publish", "total")
+
+
+@dataclass(frozen=True)
+class Fleet:
+    models: list[ModelQuery]
+    views: tuple[VariantView, ...]
+    pods: list[tuple[str, str, str, str]]
+    """(namespace, pod, model_id, variant)."""
+    pod_variants: dict[tuple[str, str], str]
+    """What the k8s inventory hands the collector (built there, not per collection)."""
+
+
+def make_fleet(n_vas: int) -> Fleet:
+    n_models = -(-n_vas // VARIANTS_PER_MODEL)
+    models: list[ModelQuery] = []
+    views: list[VariantView] = []
+    pods: list[tuple[str, str, str, str]] = []
+    for m in range(n_models):
+        key = ModelKey(f"team-{m % NAMESPACES:02d}", f"org/model-{m:05d}")
+        models.append(ModelQuery(key, retention_s=600.0 if m % 4 else 300.0))
+        for v, (accelerator, cost) in enumerate(ACCELERATORS):
+            if len(views) == n_vas:
+                break
+            name = f"model-{m:05d}-{accelerator.lower()}"
+            spec = VariantSpec(
+                key=VariantKey(key.namespace, name),
+                model_id=key.model_id,
+                target_kind="Deployment",
+                target_name=name,
+                min_replicas=1,
+                max_replicas=30,
+                cost=cost * (1 + v),
+                accelerator=accelerator,
+            )
+            status = VariantStatus(
+                desired=DesiredAlloc(PODS_PER_VA, "steady", NOW_S - 30, NOW_S - 900, accelerator=accelerator)
+            )
+            target = ScaleTarget("Deployment", key.namespace, name, PODS_PER_VA, PODS_PER_VA)
+            views.append(VariantView(spec=spec, status=status, target=target))
+            pods.extend((key.namespace, f"{name}-{i:02d}", key.model_id, name) for i in range(PODS_PER_VA))
+    return Fleet(models, tuple(views), pods, {(ns, pod): variant for ns, pod, _, variant in pods})
+
+
+# ------------------------------------------------------------------------------------------ recorded answers
+
+
+def _sample(labels: Mapping[str, str], value: float | str) -> dict[str, Any]:
+    return {"metric": dict(labels), "value": [NOW_S, str(value)]}
+
+
+def record_answers(fleet: Fleet, *, seed: int = 7) -> dict[str, bytes]:
+    """The JSON body Prometheus would send for each query of one cycle, keyed by the exact query string."""
+    rng = random.Random(seed)
+    load = {}  # per model: a load level, so some models saturate and some idle
+    for mq in fleet.models:
+        load[mq.key.model_id] = rng.choice((0.0, 0.2, 0.5, 0.85, 0.95))
+    answers: dict[str, bytes] = {}
+    for query in build_queries(fleet.models):
+        answers[query.promql] = json.dumps(
+            {"status": "success", "data": {"resultType": "vector", "result": _result(query, fleet, load, rng)}}
+        ).encode()
+    return answers
+
+
+def _result(query: Query, fleet: Fleet, load: dict[str, float], rng: random.Random) -> list[dict[str, Any]]:
+    name = query.name
+    if name is QueryName.REQUEST_COUNT:
+        return [
+            _sample({"namespace": mq.key.namespace, "model_name": mq.key.model_id}, round(load[mq.key.model_id] * 900))
+            for mq in fleet.models
+            if mq.key in query.models
+        ]
+    if name in (QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES):
+        per_req = 1 if name is QueryName.EPP_QUEUE_SIZE else 4096
+        return [
+            _sample(
+                {"namespace": mq.key.namespace, EPP_MODEL_LABEL: mq.key.model_id},
+                int(load[mq.key.model_id] > 0.9) * 3 * per_req,
+            )
+            for mq in fleet.models
+        ]
+    out = []
+    for ns, pod, model, _ in fleet.pods:
+        lvl = load[model]
+        idle = lvl == 0.0
+        labels = {"namespace": ns, "model_name": model, "pod": pod}
+        if name is QueryName.KV_CACHE_USAGE:
+            value: float | str = round(min(1.0, max(0.0, lvl + rng.uniform(-0.05, 0.05))), 4)
+        elif name is QueryName.QUEUE_LENGTH:
+            value = rng.randint(3, 9) if lvl > 0.9 else 0
+        elif name is QueryName.RUNNING_REQUESTS:
+            value = int(lvl * 256)
+        elif name is QueryName.CACHE_CONFIG_INFO:
+            labels |= {"num_gpu_blocks": "30000", "block_size": "16"}
+            value = 1
+        elif name is QueryName.DISPATCH_RATE:
+            labels = {"namespace": ns, "pod_name": pod, EPP_MODEL_LABEL: model}
+            value = round(lvl * 8, 3)
+        elif idle:
+            value = "NaN"  # 0/0 over the window: what an idle pod's averages look like
+        else:
+            value = {
+                QueryName.AVG_INPUT_TOKENS: 1000 + rng.randint(-200, 200),
+                QueryName.AVG_OUTPUT_TOKENS: 200 + rng.randint(-50, 50),
+                QueryName.PREFIX_CACHE_HIT_RATE: round(rng.random(), 3),
+                QueryName.AVG_TTFT: round(0.1 + lvl * 0.5, 3),
+                QueryName.AVG_ITL: round(0.02 + lvl * 0.03, 4),
+            }[name]
+        out.append(_sample(labels, value))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ fake Prometheus
+
+
+def serve_main(n_vas: int, port_file: Path) -> None:
+    """Child process: serve the recorded answers for `n_vas` until terminated."""
+    answers = record_answers(make_fleet(n_vas))
+    empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+
+    async def handle(request: web.Request) -> web.Response:
+        query = request.query.get("query")
+        if query is None and request.method == "POST":
+            query = str((await request.post()).get("query", ""))
+        return web.Response(body=answers.get(query or "", empty), content_type="application/json")
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/v1/query", handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = int(runner.addresses[0][1])
+        port_file.write_text(str(port))
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+def start_fake(n_vas: int) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = Path(tempfile.mkdtemp(prefix="bench-collect-")) / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.bench_collect", "--serve", str(n_vas), "--port-file", str(port_file)],
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not port_file.exists() or not port_file.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"the fake Prometheus for {n_vas} VAs did not start")
+        time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port_file.read_text()}"
+
+
+# ------------------------------------------------------------------------------------------ measurement
+
+
+async def one_cycle(
+    collector: PrometheusCollector, fleet: Fleet, store: DecisionStore, profile: cProfile.Profile | None = None
+) -> tuple[dict[str, float], Collection, int]:
+    t0 = time.perf_counter()
+    collection = await collector.collect(fleet.models, fleet.pod_variants)
+    t1 = time.perf_counter()
+    snapshot = Snapshot(
+        taken_at_s=NOW_S,
+        variants=fleet.views,
+        pods=collection.pods,
+        models=collection.models,
+        metrics_available=collection.available,
+        unavailable_models=collection.unavailable_models,
+    )
+    t2 = time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    result, _ = engine.decide(snapshot, engine.EngineState(), EngineConfig(), NOW_S)
+    if profile is not None:
+        profile.disable()
+    t3 = time.perf_counter()
+    store.publish(result.decisions, now_s=NOW_S)
+    t4 = time.perf_counter()
+    stages = {"collect": t1 - t0, "snapshot": t2 - t1, "decide": t3 - t2, "publish": t4 - t3, "total": t4 - t0}
+    return stages, collection, len(result.decisions)
+
+
+PROFILES = {"all": None, "v1": SATURATION_V1_QUERIES}
+"""Which queries the collector sends: all 12 metrics, or only what the V1 analyzer, the enforcer and
+scale-from-zero read."""
+
+
+async def measure(n_vas: int, runs: int, *, metrics: str, profile: bool, gc_threshold: int | None) -> dict[str, Any]:
+    if gc_threshold is not None:
+        gc.set_threshold(gc_threshold, 20, 20)
+    proc, url = start_fake(n_vas)
+    try:
+        fleet = make_fleet(n_vas)
+        baseline_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        store = DecisionStore()
+        async with PrometheusCollector(url, timeout_s=60, metrics=PROFILES[metrics]) as collector:
+            _, collection, n_decisions = await one_cycle(collector, fleet, store)  # warm-up
+            if not collection.available or collection.errors:
+                raise SystemExit(f"collection failed: {collection.errors[:2]}")
+            samples = [(await one_cycle(collector, fleet, store))[0] for _ in range(runs)]
+            tracemalloc.start()
+            await one_cycle(collector, fleet, store)
+            _, traced_peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            prof_text = ""
+            if profile:
+                prof = cProfile.Profile()
+                await one_cycle(collector, fleet, store, prof)
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(18)
+                prof_text = buf.getvalue()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {
+        "vas": n_vas,
+        "metrics": metrics,
+        "gc_threshold": gc_threshold,
+        "models": len(fleet.models),
+        "pods": len(fleet.pods),
+        "decisions": n_decisions,
+        "pods_collected": len(collection.pods),
+        "dropped": dict(collection.dropped_samples),
+        "median_s": {s: statistics.median(r[s] for r in samples) for s in STAGES},
+        "runs": runs,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "baseline_rss_mb": baseline_rss_mb,
+        "tracemalloc_peak_mb": traced_peak / 2**20,
+        "profile": prof_text,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'metrics':>7} {'VAs':>6} {'pods':>7} | " + " ".join(f"{s + ' ms':>11}" for s in STAGES) + " | "
+        f"{'RSS MB':>7} {'base MB':>7} {'traced MB':>9} | ratio vs 1000 VAs (collect, decide, total)"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        same = [x for x in rows if x["metrics"] == r["metrics"]]
+        ref = next((x for x in same if x["vas"] == 1000), same[0])
+        med = r["median_s"]
+        ratios = ", ".join(f"{med[s] / ref['median_s'][s]:.2f}x" for s in ("collect", "decide", "total"))
+        lines.append(
+            f"{r['metrics']:>7} {r['vas']:>6} {r['pods']:>7} | "
+            + " ".join(f"{med[s] * 1000:>11.1f}" for s in STAGES)
+            + f" | {r['peak_rss_mb']:>7.0f} {r['baseline_rss_mb']:>7.0f} {r['tracemalloc_peak_mb']:>9.0f} | {ratios}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench_collect", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--scales", default="100,1000,10000", help="comma-separated VA counts")
+    parser.add_argument("--metrics", default="all,v1", help="query sets: all (12 metrics) and/or v1 (what V1 reads)")
+    parser.add_argument("--gc-threshold", type=int, help="gc.set_threshold(N, 20, 20) in the measured process")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of engine.decide per scale")
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve is not None:
+        serve_main(args.serve, args.port_file)
+        return 0
+    if args.child is not None:
+        row = asyncio.run(
+            measure(args.child, args.runs, metrics=args.metrics, profile=args.profile, gc_threshold=args.gc_threshold)
+        )
+        print(json.dumps(row))
+        return 0
+    rows = []
+    for metrics in args.metrics.split(","):
+        for n_vas in (int(s) for s in args.scales.split(",")):
+            cmd = [sys.executable, "-m", "tests.bench_collect", "--child", str(n_vas), "--runs", str(args.runs)]
+            cmd += ["--metrics", metrics] + (["--profile"] if args.profile else [])
+            if args.gc_threshold is not None:
+                cmd += ["--gc-threshold", str(args.gc_threshold)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=os.environ).stdout
+            row = json.loads(out.strip().splitlines()[-1])
+            rows.append(row)
+            print(
+                f"  {metrics} {n_vas} VAs: total {row['median_s']['total'] * 1000:.0f} ms, "
+                f"peak RSS {row['peak_rss_mb']:.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
+    gc_note = "" if args.gc_threshold is None else f", gc threshold {args.gc_threshold}"
+    print(
+        f"collect -> snapshot -> engine.decide -> DecisionStore.publish; median of {args.runs} cycles per row{gc_note}"
+    )
+    print(table(rows))
+    for r in rows:
+        if r["profile"]:
+            print(f"\n== engine.decide profile at {r['vas']} VAs, {r['metrics']} (cumulative)\n{r['profile']}")
+    print(
+        json.dumps(
+            {"benchmark": "collect_cycle", "rows": [{k: v for k, v in r.items() if k != "profile"} for r in rows]}
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
