@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import attrgetter
 
 from adapter.domain.ids import ModelKey, VariantKey
 
@@ -230,6 +231,6 @@ class Snapshot:
 
     def pods_by_variant(self) -> dict[VariantKey, list[PodMetrics]]:
         out: dict[VariantKey, list[PodMetrics]] = {}
-        for pod in sorted(self.pods, key=lambda p: (p.namespace, p.variant, p.pod)):
+        for pod in sorted(self.pods, key=attrgetter("namespace", "variant", "pod")):
             out.setdefault(VariantKey(pod.namespace, pod.variant), []).append(pod)
         return out
