@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adapter import __version__
-from adapter.domain.errors import AdapterError, FixtureError
+from adapter.config.settings import add_flags
+from adapter.domain.errors import AdapterError, ConfigError, FixtureError
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -85,6 +86,21 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from adapter.app.serve import run
+    from adapter.config.settings import from_environ, load
+
+    fields = {k: v for k, v in vars(args).items() if k not in ("verb", "func")}
+    try:
+        settings, origin = load(fields, env=from_environ())
+    except ConfigError as exc:
+        print(f"serve: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    for name, source in sorted(origin.items()):
+        print(f"serve: {name} from {source}", file=sys.stderr)
+    return run(settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wva-adapter",
@@ -96,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay = verbs.add_parser("replay", help="run the decision engine over recorded snapshots (wva-replay/v1)")
     replay.add_argument("fixtures", nargs="+", metavar="FIXTURE.json")
     replay.set_defaults(func=_replay)
+
+    serve = verbs.add_parser("serve", help="the in-cluster service (External Metrics API, KEDA scaler, leader)")
+    add_flags(serve)
+    serve.set_defaults(func=_serve)
 
     demo = verbs.add_parser("demo", help="simulated fleet + real pipeline + real servers on 127.0.0.1")
     demo.add_argument("--duration", type=float, default=0.0, metavar="S", help="real seconds to run (0: until Ctrl-C)")

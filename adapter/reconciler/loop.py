@@ -91,9 +91,7 @@ class Reconciler:
         if not view.synced:
             return None
         if not self._leadership.is_leader:
-            self._state = engine.EngineState()  # a future leader term starts from VA status, like any leader
-            self._store.publish(decisions_from_status(view), now_s=self._clock())
-            self.cycles += 1
+            await self.publish_follower()
             return None
         started = time.perf_counter()
         now_s = self._clock()
@@ -116,6 +114,15 @@ class Reconciler:
         self._previous = dict(result.decisions)
         self.cycles += 1
         return result
+
+    async def publish_follower(self) -> None:
+        """On a follower: serve the leader's decisions from the watched VA statuses. No-op on the leader."""
+        view = self._cluster.view()
+        if not view.synced or self._leadership.is_leader:
+            return
+        self._state = engine.EngineState()  # a future leader term starts from VA status, like any leader
+        self._store.publish(decisions_from_status(view), now_s=self._clock())
+        self.cycles += 1
 
     async def _collect(self, view: ClusterView, configmaps: ConfigSet) -> Collection:
         queries = model_queries(view, configmaps)

@@ -1,0 +1,247 @@
+"""`wva-adapter serve`: the in-cluster service. Composition only; every part lives in its own package.
+
+    settings ─► KubeClient ─► Inventory (watches) ─┐
+                                 StatusWriter ──────┤
+                LeaderElector (--leader-elect) ─────┼─► Reconciler ─► DecisionStore ─► HTTPS External Metrics
+         PrometheusCollector, EppScraper ───────────┘                              ├─► KEDA gRPC
+                                                                                   └─► /metrics, /healthz, /readyz
+
+Each long-running part is a named task; the first one to fail stops the rest and the process exits non-zero,
+so Kubernetes restarts it. SIGTERM drains: servers stop, the Lease is released for an immediate hand-over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from adapter.config.settings import Settings
+from adapter.domain.errors import AdapterError, ConfigError
+from adapter.k8s.authz import SubjectAccessReviewAuthorizer, load_requestheader_config
+from adapter.k8s.client import KubeClient
+from adapter.k8s.inventory import Inventory, InventoryOptions
+from adapter.k8s.leader import LeaderElectionOptions, LeaderElector
+from adapter.k8s.status import StatusWriter
+from adapter.metrics.collector import PrometheusCollector
+from adapter.metrics.epp import EppScraper
+from adapter.metrics.queries import SATURATION_V1_QUERIES
+from adapter.reconciler.loop import Reconciler, ReconcilerOptions
+from adapter.reconciler.ports import AlwaysLeader, Leadership
+from adapter.servers.auth import (
+    Authenticator,
+    Authorizer,
+    CachingAuthorizer,
+    RequestHeaderAuthenticator,
+    requestheader_config_from_configmap,
+)
+from adapter.servers.external_metrics import build_external_metrics_app, start_https_server
+from adapter.servers.keda import start_keda_server
+from adapter.servers.telemetry import Telemetry, build_telemetry_app, start_http_server
+from adapter.servers.tls import serving_tls
+from adapter.store import DecisionStore
+
+log = logging.getLogger("wva-adapter")
+SERVICE_NAME = "wva-adapter"
+
+
+def split_address(address: str, *, what: str) -> tuple[str, int]:
+    """ ":8080" → ("0.0.0.0", 8080); "127.0.0.1:0" → ("127.0.0.1", 0). Errors name the flag."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{what}: {address!r} must be [host]:port, e.g. ':8080'")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _token(settings: Settings) -> str | None:
+    if settings.prometheus_bearer_token:
+        return settings.prometheus_bearer_token
+    if settings.prometheus_token_path is not None:
+        try:
+            return settings.prometheus_token_path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"--prometheus-token-path: cannot read {settings.prometheus_token_path}: {exc}") from None
+    return None
+
+
+async def run_serve(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
+    if settings.prometheus_url is None:
+        raise ConfigError("--prometheus-url (env PROMETHEUS_BASE_URL) is required by serve")
+    stop = stop or asyncio.Event()
+    _install_signal_handlers(stop)
+    client = await KubeClient.connect(
+        kubeconfig=str(settings.kubeconfig) if settings.kubeconfig else None,
+        request_timeout_s=settings.rest_client_timeout_s,
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(client.close)
+        inventory = Inventory(
+            client,
+            InventoryOptions(
+                controller_namespace=settings.controller_namespace,
+                watch_namespace=settings.watch_namespace or None,
+            ),
+        )
+        await inventory.start()
+        stack.push_async_callback(inventory.stop)
+        leadership: Leadership
+        elector: LeaderElector | None = None
+        if settings.leader_elect:
+            elector = LeaderElector(
+                client,
+                LeaderElectionOptions(
+                    namespace=settings.controller_namespace,
+                    name=settings.leader_election_id,
+                    lease_duration_s=settings.leader_election_lease_duration_s,
+                    renew_deadline_s=settings.leader_election_renew_deadline_s,
+                    retry_period_s=settings.leader_election_retry_period_s,
+                ),
+            )
+            leadership = elector
+        else:
+            leadership = AlwaysLeader()
+        collector = PrometheusCollector(
+            settings.prometheus_url,
+            timeout_s=settings.prometheus_timeout_s,
+            bearer_token=_token(settings),
+            ca_file=str(settings.prometheus_ca_file) if settings.prometheus_ca_file else None,
+            insecure_skip_verify=settings.prometheus_insecure_skip_verify,
+            client_cert=_client_cert(settings),
+            metrics=SATURATION_V1_QUERIES,  # what the implemented analyzer and enforcers read; half the cost
+        )
+        stack.callback(collector.close)
+        epp = EppScraper(bearer_token=settings.epp_bearer_token)
+        stack.push_async_callback(epp.close)
+        store = DecisionStore()
+        telemetry = Telemetry(store)
+        reconciler = Reconciler(
+            cluster=inventory,
+            metrics=collector,
+            epp=epp,
+            status=StatusWriter(client, lookup=inventory.stored_status),
+            leadership=leadership,
+            store=store,
+            options=ReconcilerOptions(
+                controller_namespace=settings.controller_namespace,
+                interval_s=settings.engine_interval_s,
+                wake_interval_s=settings.scale_from_zero_interval_s,
+                scale_to_zero_env="true" if settings.scale_to_zero else None,
+            ),
+            observer=telemetry,
+        )
+        authenticator, authorizer, client_ca = await _auth(settings, client)
+        tls = serving_tls(
+            cert_file=settings.tls_cert_file,
+            key_file=settings.tls_private_key_file,
+            service=SERVICE_NAME,
+            namespace=settings.controller_namespace,
+            client_ca_pem=client_ca,
+            directory=Path("/tmp/wva-adapter-tls") if settings.tls_cert_file is None else None,
+        )
+        https = await start_https_server(
+            build_external_metrics_app(store, authenticator=authenticator, authorizer=authorizer),
+            host=settings.bind_address,
+            port=settings.secure_port,
+            ssl_context=tls.context,
+        )
+        stack.push_async_callback(https.close)
+        grpc_host, grpc_port = split_address(settings.keda_grpc_address, what="--keda-grpc-address")
+        keda = await start_keda_server(store, address=f"{grpc_host}:{grpc_port}")
+        stack.push_async_callback(keda.stop)
+        metrics_host, metrics_port = split_address(settings.metrics_bind_address, what="--metrics-bind-address")
+        metrics = await start_http_server(
+            build_telemetry_app(telemetry.registry, ready=lambda: reconciler.ready, serve_health=False),
+            host=metrics_host,
+            port=metrics_port,
+        )
+        stack.push_async_callback(metrics.stop)
+        health_host, health_port = split_address(settings.health_probe_bind_address, what="--health-probe-bind-address")
+        health = await start_http_server(
+            build_telemetry_app(telemetry.registry, ready=lambda: reconciler.ready, serve_metrics=False),
+            host=health_host,
+            port=health_port,
+        )
+        stack.push_async_callback(health.stop)
+        log.info(
+            "serving: external metrics https://%s:%d, KEDA %s:%d, metrics :%d, probes :%d; leader election %s",
+            settings.bind_address, https.port, grpc_host, keda.port, metrics.port, health.port,
+            "on" if elector else "off",
+        )  # fmt: skip
+        tasks: list[Coroutine[Any, Any, None]] = [
+            reconciler.run(stop),
+            _follow_status(inventory, reconciler, stop),
+            _wait(stop),
+        ]
+        if elector is not None:
+            tasks.append(elector.run())
+        return await _supervise(tasks, stop)
+    return 0
+
+
+def _client_cert(settings: Settings) -> tuple[str, str] | None:
+    if settings.prometheus_client_cert is None:
+        return None
+    if settings.prometheus_client_key is None:
+        raise ConfigError("--prometheus-client-cert needs --prometheus-client-key")
+    return str(settings.prometheus_client_cert), str(settings.prometheus_client_key)
+
+
+AuthParts = tuple[Authenticator | None, Authorizer | None, str | bytes | None]
+
+
+async def _auth(settings: Settings, client: KubeClient) -> AuthParts:
+    """Front-proxy authentication from kube-system/extension-apiserver-authentication, SAR authorization."""
+    if settings.authentication_skip_lookup:
+        log.warning("--authentication-skip-lookup: External Metrics API requests are not authenticated")
+        return None, None, None
+    config = await load_requestheader_config(client, requestheader_config_from_configmap)
+    authorizer = CachingAuthorizer(SubjectAccessReviewAuthorizer(client), clock=time.monotonic)
+    return RequestHeaderAuthenticator(config), authorizer, config.client_ca_pem
+
+
+async def _follow_status(inventory: Inventory, reconciler: Reconciler, stop: asyncio.Event) -> None:
+    """Followers re-publish as soon as a watched VA status changes, not only every engine interval."""
+    since = inventory.variants_version
+    while not stop.is_set():
+        changed = await inventory.wait_for_change(1.0, since=since)
+        since = inventory.variants_version
+        if changed:
+            await reconciler.publish_follower()
+
+
+async def _wait(stop: asyncio.Event) -> None:
+    await stop.wait()
+
+
+async def _supervise(coroutines: list[Coroutine[Any, Any, None]], stop: asyncio.Event) -> int:
+    tasks = [asyncio.create_task(c) for c in coroutines]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    failures = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
+    for failure in failures:
+        log.error("a root task failed: %r", failure)
+    return 1 if failures else 0
+
+
+def _install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+def run(settings: Settings) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(run_serve(settings))
+    except AdapterError as exc:
+        log.error("%s", exc)
+        return 2
