@@ -6,11 +6,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from adapter import __version__
-from adapter.config.settings import add_flags
+from adapter.config.settings import Settings, add_flags
 from adapter.domain.errors import AdapterError, ConfigError, FixtureError
 
 
@@ -98,7 +98,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     for name, source in sorted(origin.items()):
         print(f"serve: {name} from {source}", file=sys.stderr)
-    return run(settings)
+    env = from_environ()
+
+    def reload(configmap: Mapping[str, str]) -> Settings:
+        return load(fields, env=env, configmap=configmap)[0]
+
+    return run(settings, reload=reload)
 
 
 def build_parser() -> argparse.ArgumentParser:

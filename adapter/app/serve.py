@@ -17,16 +17,18 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapter.config.settings import Settings
-from adapter.domain.errors import AdapterError, ConfigError
+from adapter.config.settings import MAIN_CONFIGMAP, Settings
+from adapter.domain.errors import AdapterError, ConfigError, KubeNotFound
 from adapter.k8s.authz import SubjectAccessReviewAuthorizer, load_requestheader_config
 from adapter.k8s.client import KubeClient
 from adapter.k8s.inventory import Inventory, InventoryOptions
 from adapter.k8s.leader import LeaderElectionOptions, LeaderElector
+from adapter.k8s.resources import CONFIGMAPS
 from adapter.k8s.status import StatusWriter
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.epp import EppScraper
@@ -69,9 +71,27 @@ def _token(settings: Settings) -> str | None:
     return None
 
 
-async def run_serve(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
-    if settings.prometheus_url is None:
-        raise ConfigError("--prometheus-url (env PROMETHEUS_BASE_URL) is required by serve")
+@dataclass(frozen=True, slots=True)
+class ServeEndpoints:
+    """Where a started `serve` listens (bound ports, so port 0 works) and its store, for tests and logs."""
+
+    https_port: int
+    grpc_port: int
+    metrics_port: int
+    health_port: int
+    store: DecisionStore
+    reconciler: Reconciler
+
+
+async def run_serve(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    reload: Callable[[Mapping[str, str]], Settings] | None = None,
+    on_started: Callable[[ServeEndpoints], None] | None = None,
+) -> int:
+    """Run until `stop` (or SIGINT/SIGTERM). `reload(data)` re-resolves the settings with the
+    `wva-variantautoscaling-config` ConfigMap as the layer below the config file (flags and env still win)."""
     stop = stop or asyncio.Event()
     _install_signal_handlers(stop)
     client = await KubeClient.connect(
@@ -80,6 +100,10 @@ async def run_serve(settings: Settings, *, stop: asyncio.Event | None = None) ->
     )
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(client.close)
+        if reload is not None:
+            settings = reload(await _main_configmap(client, settings.controller_namespace))
+        if settings.prometheus_url is None:
+            raise ConfigError("--prometheus-url (env PROMETHEUS_BASE_URL) is required by serve")
         inventory = Inventory(
             client,
             InventoryOptions(
@@ -172,6 +196,8 @@ async def run_serve(settings: Settings, *, stop: asyncio.Event | None = None) ->
             settings.bind_address, https.port, grpc_host, keda.port, metrics.port, health.port,
             "on" if elector else "off",
         )  # fmt: skip
+        if on_started is not None:
+            on_started(ServeEndpoints(https.port, keda.port, metrics.port, health.port, store, reconciler))
         tasks: list[Coroutine[Any, Any, None]] = [
             reconciler.run(stop),
             _follow_status(inventory, reconciler, stop),
@@ -181,6 +207,16 @@ async def run_serve(settings: Settings, *, stop: asyncio.Event | None = None) ->
             tasks.append(elector.run())
         return await _supervise(tasks, stop)
     return 0
+
+
+async def _main_configmap(client: KubeClient, namespace: str) -> dict[str, str]:
+    """The data of `wva-variantautoscaling-config` (env-style keys), or {} when it does not exist."""
+    try:
+        obj = await client.get(CONFIGMAPS, MAIN_CONFIGMAP, namespace=namespace)
+    except KubeNotFound:
+        return {}
+    data = obj.get("data") or {}
+    return {str(k): str(v) for k, v in data.items()}
 
 
 def _client_cert(settings: Settings) -> tuple[str, str] | None:
@@ -238,10 +274,10 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
             loop.add_signal_handler(sig, stop.set)
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, *, reload: Callable[[Mapping[str, str]], Settings] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(run_serve(settings))
+        return asyncio.run(run_serve(settings, reload=reload))
     except AdapterError as exc:
         log.error("%s", exc)
         return 2
