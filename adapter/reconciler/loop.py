@@ -72,6 +72,7 @@ class Reconciler:
         self._previous: dict[VariantKey, VariantDecision] = {}
         self.cycles = 0
         self.last_error: str | None = None
+        self._invalid_seen: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -90,6 +91,7 @@ class Reconciler:
         view = self._cluster.view()
         if not view.synced:
             return None
+        self._report_invalid(view)
         if not self._leadership.is_leader:
             await self.publish_follower()
             return None
@@ -114,6 +116,13 @@ class Reconciler:
         self._previous = dict(result.decisions)
         self.cycles += 1
         return result
+
+    def _report_invalid(self, view: ClusterView) -> None:
+        """Log each invalid VA once (when the set changes): it is not decided until it is fixed."""
+        if view.invalid != self._invalid_seen:
+            for message in sorted(set(view.invalid) - set(self._invalid_seen)):
+                log.warning("not deciding an invalid VariantAutoscaling: %s", message)
+            self._invalid_seen = view.invalid
 
     async def publish_follower(self) -> None:
         """On a follower: serve the leader's decisions from the watched VA statuses. No-op on the leader."""

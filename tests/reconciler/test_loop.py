@@ -251,3 +251,13 @@ async def test_run_stops_promptly_when_asked() -> None:
     stop.set()
     await asyncio.wait_for(task, timeout=5)
     assert len(store.list()) == 2
+
+
+async def test_an_invalid_va_is_logged_once_and_not_decided(caplog: pytest.LogCaptureFixture) -> None:
+    view = replace(busy_view(), invalid=("VariantAutoscaling llm/broken.spec: minReplicas (3) must be <= 1",))
+    rec, store, _ = make(view, metrics=FakeMetrics(busy_collection(0.5)))
+    with caplog.at_level("WARNING"):
+        await rec.run_cycle()
+        await rec.run_cycle()
+    assert sum("llm/broken" in r.getMessage() for r in caplog.records) == 1
+    assert VariantKey(NS, "broken") not in {e.key for e in store.list()}
