@@ -135,13 +135,23 @@ class Reconciler:
 
     async def _collect(self, view: ClusterView, configmaps: ConfigSet) -> Collection:
         queries = model_queries(view, configmaps)
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(self._options.collect_timeout_s):
-                return await self._metrics.collect(queries, view.pod_variants())
+                collection = await self._metrics.collect(queries, view.pod_variants())
         except (AdapterError, TimeoutError) as exc:
             self.last_error = f"metrics collection failed: {exc or 'timed out'}"
             log.warning("%s; the fallback hierarchy decides this cycle", self.last_error)
-            return Collection(available=False, errors=(self.last_error,))
+            collection = Collection(available=False, errors=(self.last_error,))
+        if not collection.available and collection.errors:
+            log.warning("metrics unavailable this cycle: %s", "; ".join(collection.errors[:3]))
+        if self._observer is not None:
+            self._observer.record_collection(
+                duration_s=time.perf_counter() - started,
+                ok=collection.available,
+                dropped=collection.dropped_samples,
+            )
+        return collection
 
     async def _write_statuses(self, statuses: Mapping[VariantKey, VariantStatus], view: ClusterView) -> None:
         current = {v.key: v.status for v in view.variants}

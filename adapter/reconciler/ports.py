@@ -45,6 +45,10 @@ class CycleObserver(Protocol):
 
     def record_cycle_error(self, *, duration_s: float) -> None: ...
 
+    def record_collection(
+        self, *, duration_s: float, source: str = ..., ok: bool = ..., dropped: Mapping[str, int] | None = ...
+    ) -> None: ...
+
 
 class AlwaysLeader:
     """Leadership when `--leader-elect` is off: this replica computes and writes."""

@@ -161,6 +161,12 @@ class Telemetry:
             buckets=COLLECTION_BUCKETS_S,
             registry=self.registry,
         )
+        self._dropped = Counter(
+            "wva_metrics_samples_dropped",
+            "Metric samples dropped by the collector, by reason (nan, inf, negative, unknown-pod, ...).",
+            labelnames=("reason", *extra),
+            registry=self.registry,
+        )
         self.registry.register(_DecisionCollector(reader, clock=clock, instance=controller_instance))
 
     def record_cycle(
@@ -184,10 +190,21 @@ class Telemetry:
         """A cycle that failed before publishing; the served decisions stay as they were."""
         self._cycle.labels("error", *self._extra_values).observe(duration_s)
 
-    def record_collection(self, *, duration_s: float, source: str = "prometheus", ok: bool = True) -> None:
-        """One collection from `source` (a small fixed set: "prometheus", "epp", ...)."""
+    def record_collection(
+        self,
+        *,
+        duration_s: float,
+        source: str = "prometheus",
+        ok: bool = True,
+        dropped: Mapping[str, int] | None = None,
+    ) -> None:
+        """One collection from `source` (a small fixed set: "prometheus", "epp", ...), and the samples it
+        dropped by reason."""
         outcome = "success" if ok else "error"
         self._collection.labels(source, outcome, *self._extra_values).observe(duration_s)
+        for reason, count in (dropped or {}).items():
+            if count > 0:
+                self._dropped.labels(reason, *self._extra_values).inc(count)
 
     def forget(self, key: VariantKey) -> None:
         """Drop every counter series of a VA (called for deleted VAs; record_cycle does it itself)."""

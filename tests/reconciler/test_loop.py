@@ -261,3 +261,32 @@ async def test_an_invalid_va_is_logged_once_and_not_decided(caplog: pytest.LogCa
         await rec.run_cycle()
     assert sum("llm/broken" in r.getMessage() for r in caplog.records) == 1
     assert VariantKey(NS, "broken") not in {e.key for e in store.list()}
+
+
+async def test_collection_outcome_and_dropped_samples_reach_telemetry() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from adapter.servers.telemetry import Telemetry
+
+    collection = replace(busy_collection(0.5), dropped_samples={"nan": 3, "unknown-pod": 2})
+    store = DecisionStore()
+    telemetry = Telemetry(store, registry=CollectorRegistry())
+    rec = Reconciler(
+        cluster=FakeCluster(busy_view()),
+        metrics=FakeMetrics(collection),
+        epp=None,
+        status=FakeStatus(),
+        leadership=FakeLeader(True),
+        store=store,
+        options=ReconcilerOptions(controller_namespace=CM),
+        observer=telemetry,
+        clock=lambda: 1_000_000.0,
+    )
+    await rec.run_cycle()
+    await rec.run_cycle()
+    reg = telemetry.registry
+    assert reg.get_sample_value("wva_metrics_samples_dropped_total", {"reason": "nan"}) == 6
+    assert reg.get_sample_value("wva_metrics_samples_dropped_total", {"reason": "unknown-pod"}) == 4
+    labels = {"source": "prometheus", "outcome": "success"}
+    assert reg.get_sample_value("wva_metrics_collection_duration_seconds_count", labels) == 2
+    assert reg.get_sample_value("wva_cycle_duration_seconds_count", {"outcome": "success"}) == 2
