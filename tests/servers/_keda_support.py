@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
 from adapter.domain.ids import VariantKey
+from adapter.servers.tls import CertificateAuthority
 from adapter.store.decisions import DecisionStore, Listener, StoredDecision
 
 NS = "llm"
@@ -99,80 +93,21 @@ class Pki:
     rogue_client_key_pem: bytes
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _cert(
-    *,
-    subject: str,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: tuple[str, ec.EllipticCurvePrivateKey] | None,
-    server: bool = False,
-    client: bool = False,
-) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC)
-    issuer_name, issuer_key = issuer if issuer is not None else (subject, key)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name)]))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-    )
-    if issuer is None:
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    if server:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-    if client:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
 def make_pki() -> Pki:
-    ca_key, client_ca_key, rogue_ca_key = _key(), _key(), _key()
-    ca = _cert(subject="wva-test-ca", key=ca_key, issuer=None)
-    client_ca = _cert(subject="wva-test-client-ca", key=client_ca_key, issuer=None)
-    server_key, client_key, rogue_key = _key(), _key(), _key()
-    server = _cert(subject="wva-adapter", key=server_key, issuer=("wva-test-ca", ca_key), server=True)
-    client = _cert(subject="keda-operator", key=client_key, issuer=("wva-test-client-ca", client_ca_key), client=True)
-    rogue = _cert(subject="keda-operator", key=rogue_key, issuer=("rogue-ca", rogue_ca_key), client=True)
+    """A serving CA, a client CA and a rogue CA, with one certificate each (the production CA helper)."""
+    ca = CertificateAuthority.create("wva-test-ca")
+    client_ca = CertificateAuthority.create("wva-test-client-ca")
+    rogue_ca = CertificateAuthority.create("rogue-ca")
+    server = ca.issue("wva-adapter", hosts=("localhost", "127.0.0.1"), server=True)
+    client = client_ca.issue("keda-operator", client=True)
+    rogue = rogue_ca.issue("keda-operator", client=True)
     return Pki(
-        ca_pem=_pem(ca),
-        server_cert_pem=_pem(server),
-        server_key_pem=_key_pem(server_key),
-        client_ca_pem=_pem(client_ca),
-        client_cert_pem=_pem(client),
-        client_key_pem=_key_pem(client_key),
-        rogue_client_cert_pem=_pem(rogue),
-        rogue_client_key_pem=_key_pem(rogue_key),
+        ca_pem=ca.cert_pem,
+        server_cert_pem=server.cert_pem,
+        server_key_pem=server.key_pem,
+        client_ca_pem=client_ca.cert_pem,
+        client_cert_pem=client.cert_pem,
+        client_key_pem=client.key_pem,
+        rogue_client_cert_pem=rogue.cert_pem,
+        rogue_client_key_pem=rogue.key_pem,
     )
