@@ -19,7 +19,6 @@ import signal
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from adapter.config.settings import MAIN_CONFIGMAP, Settings
@@ -165,7 +164,7 @@ async def run_serve(
             service=SERVICE_NAME,
             namespace=settings.controller_namespace,
             client_ca_pem=client_ca,
-            directory=Path("/tmp/wva-adapter-tls") if settings.tls_cert_file is None else None,
+            directory=None,  # a fresh temp dir per process (/tmp is an emptyDir in the manifests)
         )
         https = await start_https_server(
             build_external_metrics_app(store, authenticator=authenticator, authorizer=authorizer),

@@ -179,6 +179,8 @@ class KubeClient:
         loader: Any = None
         try:
             if kubeconfig:
+                if not os.path.isfile(kubeconfig):  # the library only warns, then reports a missing current-context
+                    raise ConfigError(f"cannot load Kubernetes configuration from {kubeconfig}: no such file")
                 loader = await lib.load_kube_config(
                     config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
                 )

@@ -143,8 +143,11 @@ class Reconciler:
             self.last_error = f"metrics collection failed: {exc or 'timed out'}"
             log.warning("%s; the fallback hierarchy decides this cycle", self.last_error)
             collection = Collection(available=False, errors=(self.last_error,))
-        if not collection.available and collection.errors:
-            log.warning("metrics unavailable this cycle: %s", "; ".join(collection.errors[:3]))
+        if not collection.available:
+            self.last_error = "metrics unavailable: " + ("; ".join(collection.errors[:3]) or "no source answered")
+            log.warning("%s", self.last_error)
+        else:
+            self.last_error = None
         if self._observer is not None:
             self._observer.record_collection(
                 duration_s=time.perf_counter() - started,

@@ -290,3 +290,14 @@ async def test_collection_outcome_and_dropped_samples_reach_telemetry() -> None:
     labels = {"source": "prometheus", "outcome": "success"}
     assert reg.get_sample_value("wva_metrics_collection_duration_seconds_count", labels) == 2
     assert reg.get_sample_value("wva_cycle_duration_seconds_count", {"outcome": "success"}) == 2
+
+
+async def test_last_error_tells_when_metrics_are_unavailable_and_clears_on_recovery() -> None:
+    metrics = FakeMetrics(Collection(available=False, errors=("PrometheusUnavailable: connection refused",)))
+    rec, _, _ = make(busy_view(), metrics=metrics)
+    await rec.run_cycle()
+    assert rec.last_error is not None
+    assert "connection refused" in rec.last_error
+    metrics.collection = busy_collection(0.5)
+    await rec.run_cycle()
+    assert rec.last_error is None
