@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from adapter.checkconfig import check_files
+from adapter.cli import build_parser
 from adapter.config.configmaps import (
     CONFIGMAP_LABEL,
     DEFAULT_CONTROLLER_NAMESPACE,
@@ -28,6 +29,7 @@ from adapter.config.configmaps import (
     SaturationConfig,
     parse_configmap,
 )
+from adapter.config.settings import load
 from adapter.config.va import GROUP, KIND, PLURAL, SCALE_TARGET_KINDS, VERSION, ScaleTargetRef, VASpec, parse_va
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import ModelKey
@@ -44,25 +46,6 @@ from tests.manifests.strict import (
 NS = DEFAULT_CONTROLLER_NAMESPACE
 SA = "wva-adapter"
 SERVED_METRICS = ("wva_desired_replicas", "wva_current_replicas", "wva_desired_ratio")
-# `serve` flags of DESIGN.md §3.5 (seed 001's plus ours).
-SERVE_FLAGS = frozenset(
-    {
-        "--config-file",
-        "--metrics-bind-address",
-        "--health-probe-bind-address",
-        "--leader-elect",
-        "--watch-namespace",
-        "--leader-election-lease-duration",
-        "--leader-election-renew-deadline",
-        "--rest-client-timeout",
-        "--kubeconfig",
-        "--prometheus-url",
-        "--secure-port",
-        "--keda-grpc-address",
-        "--tls-cert-file",
-        "--tls-private-key-file",
-    }
-)
 READ = frozenset({"get", "list", "watch"})
 
 
@@ -847,8 +830,14 @@ def _flags() -> dict[str, str | None]:
 
 
 def test_serve_flags() -> None:
+    """The Deployment's args parse with the real `wva-adapter` parser and resolve to valid settings."""
+    args = build_parser().parse_args(_container()["args"])
+    assert args.verb == "serve"
+    settings, origin = load({k: v for k, v in vars(args).items() if k not in ("verb", "func")}, env={})
+    assert settings.leader_elect is True
+    assert settings.prometheus_url is not None
+    assert set(origin.values()) <= {f"flag {a.split('=')[0]}" for a in _container()["args"][1:]}
     flags = _flags()
-    assert set(flags) <= SERVE_FLAGS, f"flags not in DESIGN.md §3.5: {set(flags) - SERVE_FLAGS}"
     assert flags["--leader-elect"] is None
     ports = _container_ports()
     assert flags["--secure-port"] == str(ports["https"])
