@@ -31,7 +31,7 @@ from adapter.k8s.resources import CONFIGMAPS
 from adapter.k8s.status import StatusWriter
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.epp import EppScraper
-from adapter.metrics.queries import SATURATION_V1_QUERIES
+from adapter.metrics.queries import SATURATION_V1_QUERIES, QueryWindows
 from adapter.reconciler.loop import Reconciler, ReconcilerOptions
 from adapter.reconciler.ports import AlwaysLeader, Leadership
 from adapter.servers.auth import (
@@ -136,6 +136,7 @@ async def run_serve(
             insecure_skip_verify=settings.prometheus_insecure_skip_verify,
             client_cert=_client_cert(settings),
             metrics=SATURATION_V1_QUERIES,  # what the implemented analyzer and enforcers read; half the cost
+            windows=QueryWindows(saturation_s=settings.saturation_window_s),
         )
         stack.callback(collector.close)
         epp = EppScraper(bearer_token=settings.epp_bearer_token)

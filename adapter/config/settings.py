@@ -54,6 +54,13 @@ KNOBS: tuple[_Knob, ...] = (
         "skip TLS verification of Prometheus (not for production)",
     ),
     _Knob("prometheus_timeout_s", "--prometheus-timeout", "PROMETHEUS_QUERY_TIMEOUT", "duration", "per-query timeout"),
+    _Knob(
+        "saturation_window_s",
+        "--saturation-window",
+        "WVA_SATURATION_WINDOW",
+        "duration",
+        "max_over_time window of KV-cache usage and queue length (upstream: 1m)",
+    ),
     _Knob("metrics_bind_address", "--metrics-bind-address", "METRICS_BIND_ADDRESS", "str", "own /metrics address"),
     _Knob(
         "health_probe_bind_address",
@@ -131,6 +138,7 @@ class Settings(BaseModel):
     prometheus_client_key: Path | None = None
     prometheus_insecure_skip_verify: bool = False
     prometheus_timeout_s: float = Field(default=10.0, gt=0)
+    saturation_window_s: float = Field(default=60.0, gt=0)
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
     secure_port: int = Field(default=6443, ge=0, le=65535)

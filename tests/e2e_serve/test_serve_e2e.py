@@ -7,10 +7,11 @@
 Two variants of one model: `l4` (cost 1) and `a100` (cost 5), min 1, max 5, one pod each. The load goes up on
 every pod, so the saturation analyzer asks for one more replica on the cheapest variant; the test plays the
 HPA (Deployment replicas follow, the new pod appears); then Prometheus is killed (fallback, values held,
-still ready) and restarted (metrics found again, the next decision is taken).
+still ready) and restarted (metrics found again, the next decision is taken); finally the load falls, a live
+ConfigMap edit shortens `transitionTimeout`, the never-applied desired stops blocking, and the safe scale-down
+is decided and served.
 
-`serve` runs with the collector's default windows (max_over_time over 1 m): load only rises in this scenario,
-and a rise is visible at the first scrape, so no hook into serve's query windows is needed. The pod `l4-1`
+`serve` runs with `--saturation-window 2s` so a fall in load shows within two scrapes. The pod `l4-1`
 is scraped from the start (a static scrape config cannot gain targets) but belongs to no VA until its Pod
 object appears; until then the collector drops its samples as an unknown pod. Most of the run time is
 Prometheus' own: its scrape manager applies new targets every 5 s, at start and again after the restart.
@@ -26,14 +27,19 @@ from pathlib import Path
 
 import pytest
 
+from adapter.k8s import resources as r
 from tests.e2e_prometheus.prom import PrometheusProcess, Target
+from tests.k8s import builders as b
 from tests.metrics.emulators import MetricsServer, VllmPod
 
 from .support import (
     CHEAP,
+    CONTROLLER_NS,
     DEAR,
     MODEL,
     NS,
+    SATURATION_CM,
+    SATURATION_DEFAULT,
     VARIANTS,
     Check,
     Cluster,
@@ -54,6 +60,7 @@ HIGH = {"kv_cache_usage": 0.9, "waiting": 2, "running": 30, "success_rps": 4}
 MODERATE = {"kv_cache_usage": 0.3, "waiting": 0, "running": 6, "success_rps": 1}
 HIGHER = {"kv_cache_usage": 0.95, "waiting": 3, "running": 32, "success_rps": 4}
 IDLE = {"kv_cache_usage": 0.0, "waiting": 0, "running": 0, "success_rps": 0}
+QUIET = {"kv_cache_usage": 0.05, "waiting": 0, "running": 1, "success_rps": 1}
 
 
 class Transcript:
@@ -113,7 +120,10 @@ async def test_load_to_served_replicas_through_real_prometheus_with_an_outage(
     prometheus.start()
     out.say(f"prometheus {prometheus.url} ready in {await prometheus.wait_ready():.1f}s, scraping {', '.join(SCRAPED)}")
     settings = serve_settings(
-        kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), prometheus_url=prometheus.url, tls=tls
+        kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
+        prometheus_url=prometheus.url,
+        tls=tls,
+        saturation_window_s=2.0,  # --saturation-window: a drop in load shows within two scrapes
     )
     serve = await Serve.start("serve", settings, tls.ca_pem)
     ep = serve.endpoints
@@ -276,3 +286,24 @@ async def _scenario(
     ok = await serve.sample("wva_metrics_collection_duration_seconds_count", source="prometheus", outcome="success")
     out.say(f"  E /metrics: {ok:g} successful and {failed:g}+ failed Prometheus collections so far")
     await _report(serve, cluster, out, "E")
+
+    # ---- F: load falls; the HPA never applied l4=3. A ConfigMap edit (live, no restart) shortens the
+    # transition timeout, so the stale desired stops blocking and the safe scale-down is decided and served.
+    fleet.load(l4_0=QUIET, l4_1=QUIET, a100_0=QUIET)
+    cluster.api.put(
+        r.CONFIGMAPS,
+        b.configmap(
+            SATURATION_CM, namespace=CONTROLLER_NS, data={"default": SATURATION_DEFAULT + "transitionTimeout: 1s\n"}
+        ),
+    )
+    # kv 0.05 on three non-saturated replicas: removing one leaves 0.8 - 0.05·3/2 = 0.725 spare ≥ 0.10 → safe;
+    # the most expensive variant above one replica is l4 (a100 is at minReplicas 1): 2 → 1.
+    took = await until(
+        "l4 scaled down to 1 after the load fell (stale desired 3 timed out)",
+        _status_is(cluster, CHEAP, 1, metrics="MetricsFound", reason="saturation-only mode: scale-down"),
+        timeout_s=20,
+    )
+    out.say(f"F load down (kv 0.05 everywhere) + transitionTimeout 1s via ConfigMap: l4 3 -> 1 after {took:.1f}s")
+    await until("l4 = 1 on every interface", check_of(_served, serve, CHEAP, 1), timeout_s=5)
+    await _expect(check_of(_served, serve, DEAR, 1))
+    await _report(serve, cluster, out, "F")
