@@ -339,7 +339,8 @@ async def test_bookmark_moves_the_resource_version(fake_api: FakeApiServer, make
     since = len(fake_api.log)
     fake_api.close_watches(r.VARIANT_AUTOSCALINGS)
     await eventually(lambda: fake_api.count(path_contains="variantautoscalings", watch=True, since=since) == 1)
-    assert next(e for e in fake_api.log[since:] if e.watch).query["resourceVersion"] == bookmark_rv
+    rewatch = next(e for e in fake_api.log[since:] if e.watch and "variantautoscalings" in e.path)
+    assert rewatch.query["resourceVersion"] == bookmark_rv
 
 
 def _health_rv(inventory: Inventory, prefix: str) -> str:
