@@ -106,6 +106,68 @@ def _serve(args: argparse.Namespace) -> int:
     return run(settings, reload=reload)
 
 
+_CAPACITY_FLAGS = {
+    "alpha_ms": "--alpha-ms",
+    "beta_ms": "--beta-ms",
+    "gamma_ms": "--gamma-ms",
+    "input_tokens": "--input-tokens",
+    "output_tokens": "--output-tokens",
+    "max_batch": "--max-batch",
+    "max_queue": "--max-queue",
+    "ttft_ms": "--ttft-ms",
+    "itl_ms": "--itl-ms",
+    "targets": "--ttft-ms/--itl-ms",
+    "rate_rps": "--rate",
+}
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from adapter.analyzers.queueing import BeyondModel, InvalidInput, QueueModel, RequestSize, ServiceParams
+
+    def fail(message: str) -> int:
+        print(f"capacity: {message}", file=sys.stderr)
+        return 2
+
+    has_targets = args.ttft_ms is not None or args.itl_ms is not None
+    if args.rate is not None and has_targets:
+        return fail("--rate cannot be combined with --ttft-ms/--itl-ms: give either both targets or a rate")
+    if args.rate is None and not has_targets:
+        return fail("give --ttft-ms and --itl-ms (targets, 0 = unconstrained) or --rate (req/s)")
+    if has_targets and (args.ttft_ms is None or args.itl_ms is None):
+        missing = "--itl-ms" if args.itl_ms is None else "--ttft-ms"
+        return fail(f"{missing} is required with the other target (use 0 for unconstrained)")
+    try:
+        model = QueueModel(
+            ServiceParams(args.alpha_ms, args.beta_ms, args.gamma_ms),
+            RequestSize(args.input_tokens, args.output_tokens),
+            max_batch=args.max_batch,
+            max_queue=args.max_queue,
+        )
+        if args.rate is not None:
+            metrics = model.analyze(args.rate)
+            max_rps = model.rate_range_rps.max_rps
+        else:
+            metrics = model.max_rate(args.ttft_ms, args.itl_ms)
+            max_rps = metrics.rate_rps
+    except (InvalidInput, BeyondModel) as exc:
+        return fail(f"{_CAPACITY_FLAGS.get(exc.param, exc.param)}: {exc.param} {exc.reason}")
+    except AdapterError as exc:
+        return fail(str(exc))
+    result = {
+        "max_rps": max_rps,
+        "ttft_ms": metrics.ttft_ms,
+        "itl_ms": metrics.itl_ms,
+        "rho": metrics.rho,
+        "throughput_rps": metrics.throughput_rps,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:<15} {value:.6g}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wva-adapter",
@@ -138,6 +200,26 @@ def build_parser() -> argparse.ArgumentParser:
     check = verbs.add_parser("check-config", help="validate VariantAutoscaling manifests and WVA ConfigMaps")
     check.add_argument("files", nargs="+", metavar="FILE")
     check.set_defaults(func=_check_config)
+
+    capacity = verbs.add_parser(
+        "capacity", help="queueing-model calculator: λ* at TTFT/ITL targets, or metrics at a rate"
+    )
+    capacity.add_argument("--alpha-ms", type=float, required=True, metavar="A", help="ms per iteration (> 0)")
+    capacity.add_argument("--beta-ms", type=float, required=True, metavar="B", help="ms per token of compute (>= 0)")
+    capacity.add_argument("--gamma-ms", type=float, required=True, metavar="G", help="ms per token of KV access (>= 0)")
+    capacity.add_argument("--input-tokens", type=float, required=True, metavar="I", help="average input tokens (>= 0)")
+    capacity.add_argument(
+        "--output-tokens", type=float, required=True, metavar="O", help="average output tokens (>= 1)"
+    )
+    capacity.add_argument(
+        "--max-batch", type=int, default=256, metavar="N", help="max concurrent requests (default 256)"
+    )
+    capacity.add_argument("--max-queue", type=int, default=100, metavar="Q", help="queue capacity (default 100)")
+    capacity.add_argument("--ttft-ms", type=float, metavar="T", help="TTFT target, ms (0 = unconstrained)")
+    capacity.add_argument("--itl-ms", type=float, metavar="L", help="ITL target, ms (0 = unconstrained)")
+    capacity.add_argument("--rate", type=float, metavar="RPS", help="arrival rate, req/s (instead of the targets)")
+    capacity.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    capacity.set_defaults(func=_capacity)
     return parser
 
 

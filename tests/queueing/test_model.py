@@ -1,0 +1,314 @@
+"""The queueing model (adapter/analyzers/queueing/model.py): the docstring's worked example, upstream equivalence of
+the log-space solution, limits, λ* properties and input validation."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.analyzers.queueing import (
+    BeyondModel,
+    InvalidInput,
+    Metrics,
+    QueueModel,
+    RequestSize,
+    ServiceParams,
+)
+from adapter.analyzers.queueing.model import TOLERANCE
+from adapter.domain.errors import ModelError
+
+EXAMPLE_PARAMS = ServiceParams(20.0, 0.08, 0.0002)
+EXAMPLE_REQUEST = RequestSize(512, 128)
+
+
+@pytest.fixture(scope="module")
+def example() -> QueueModel:
+    return QueueModel(EXAMPLE_PARAMS, EXAMPLE_REQUEST)
+
+
+def model(alpha=20.0, beta=0.08, gamma=0.0002, i=512.0, o=128.0, n=256, q=100) -> QueueModel:
+    return QueueModel(ServiceParams(alpha, beta, gamma), RequestSize(i, o), max_batch=n, max_queue=q)
+
+
+# ---- the worked example of the module docstring -------------------------------------------------------------------
+
+
+def test_worked_example_service_rates_and_range(example):
+    rates = example.service_rates_per_ms
+    assert rates.shape == (256,)
+    assert rates[0] == pytest.approx(3.68717e-4, rel=1e-5)
+    assert rates[-1] == pytest.approx(0.0130895, rel=1e-5)
+    lo, hi = example.rate_range_rps
+    assert lo == pytest.approx(0.000368717, rel=1e-5)
+    assert hi == pytest.approx(13.0764, rel=1e-5)
+    assert lo == pytest.approx(rates[0] * 0.001 * 1000, rel=1e-12)
+    assert hi == pytest.approx(rates[-1] * 0.999 * 1000, rel=1e-12)
+
+
+def test_worked_example_analyze_at_5_rps(example):
+    m = example.analyze(5.0)
+    assert m.rate_rps == 5.0
+    assert m.ttft_ms == pytest.approx(102.512, rel=1e-5)
+    assert m.itl_ms == pytest.approx(31.0807, rel=1e-5)
+    assert m.rho == pytest.approx(0.0790969, rel=1e-5)
+    assert m.avg_batch == pytest.approx(20.2488, rel=1e-5)
+    assert m.wait_ms == pytest.approx(0.0, abs=1e-9)
+    assert m.throughput_rps == pytest.approx(5.0, rel=1e-9)
+
+
+def test_worked_example_max_rate(example):
+    m = example.max_rate(2000, 100)
+    assert m.rate_rps == pytest.approx(11.9650, rel=1e-5)
+    assert m.itl_ms == pytest.approx(100.0, rel=TOLERANCE)
+    assert m.ttft_ms == pytest.approx(240.972, rel=1e-5)
+    assert m.rho == pytest.approx(0.604811, rel=1e-5)
+    assert m.throughput_rps == pytest.approx(11.9650, rel=1e-5)
+    ttft_only = example.max_rate(2000, 0)
+    assert ttft_only.rate_rps == pytest.approx(12.9788, rel=1e-5)
+    assert ttft_only.ttft_ms == pytest.approx(2000.0, rel=TOLERANCE)
+    assert ttft_only.wait_ms == pytest.approx(1674.62, rel=1e-5)
+
+
+# ---- equivalence with upstream's iterative rescaling -------------------------------------------------------------
+
+
+def upstream_reference(qm: QueueModel, rate_rps: float) -> tuple[float, float, float, float]:
+    """Upstream's §3.2 loop, in plain Python floats: (ITL, TTFT, rho, throughput_rps)."""
+    mu = [float(x) for x in qm.service_rates_per_ms]
+    n_max, k = qm.max_batch, qm.max_batch + qm.max_queue
+    lam = rate_rps / 1000.0
+    big = sys.float_info.max / k
+    p = [1.0]
+    for n in range(k):
+        v = p[n] * lam / mu[min(n, n_max - 1)]
+        if not math.isfinite(v) or v < 0:
+            p = [x / big for x in p]
+            v = p[n] * lam / mu[min(n, n_max - 1)]
+        p.append(v)
+    total = math.fsum(x / k for x in p) * k
+    p = [x / total for x in p]
+    in_servers = sum(i * p[i] for i in range(1, n_max + 1)) + n_max * (1 - sum(p[: n_max + 1]))
+    mean = sum(i * p[i] for i in range(1, k + 1))
+    x = lam * (1 - p[k])
+    s = in_servers / x
+    w = max(mean / x - s, 0.0)
+    prefill = float(qm._prefill_time(np.array([in_servers]))[0])
+    itl = (s - prefill) / qm.request.output_tokens
+    return itl, w + prefill + itl, min(max(in_servers / n_max, 0.0), 1.0), x * 1000
+
+
+@pytest.mark.parametrize("fraction", [1e-6, 0.01, 0.3, 0.7, 0.9, 0.99, 1.0])
+@pytest.mark.parametrize(("n", "q"), [(256, 100), (8, 0), (64, 640)])
+def test_log_space_solution_matches_upstream_rescaling(fraction, n, q):
+    qm = model(n=n, q=q)
+    rate = qm.rate_range_rps.max_rps * fraction
+    m = qm.analyze(rate)
+    itl, ttft, rho, x = upstream_reference(qm, rate)
+    # 1e-7: at the lowest rate ITL = (S − prefill)/O cancels most digits of S
+    assert m.itl_ms == pytest.approx(itl, rel=1e-7)
+    assert m.ttft_ms == pytest.approx(ttft, rel=1e-7)
+    assert m.rho == pytest.approx(rho, rel=1e-9, abs=1e-15)
+    assert m.throughput_rps == pytest.approx(x, rel=1e-9)
+
+
+# ---- limits ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("alpha", "beta", "gamma", "i", "o"),
+    [(20, 0.08, 0.0002, 512, 128), (5, 0.05, 0.00005, 2048, 256), (30, 0.2, 0.001, 100, 10), (10, 0.1, 0.0, 0, 1)],
+)
+def test_low_rate_limits(alpha, beta, gamma, i, o):
+    qm = model(alpha, beta, gamma, i, o)
+    m = qm.analyze(qm.rate_range_rps.min_rps * 1e-3)
+    delta = beta * (i + o) / (o + 1) + gamma * (i + o / 2)
+    # The model's exact limit: one request alone, S = 1/μ_1, prefill at batch → 0.
+    prefill0 = alpha + (beta + gamma) * i if i > 0 else 0.0
+    itl0 = (1 / qm.service_rates_per_ms[0] - prefill0) / o
+    assert m.itl_ms == pytest.approx(itl0, rel=1e-5)
+    assert m.ttft_ms == pytest.approx(prefill0 + itl0, rel=1e-5)
+    assert m.wait_ms == pytest.approx(0.0, abs=1e-6)
+    # Seed 003's closed form at rho → 0 differs from it only by the lone request's own work in its batch:
+    # δ(1 + 1/O) − γ/2 (δ − γ/2 when I = 0, where the prefill term vanishes).
+    seed_itl0 = alpha + beta + gamma * (i + (o + 1) / 2)
+    own_work = delta * (1 + (1 / o if i > 0 else 0)) - gamma / 2
+    assert m.itl_ms - seed_itl0 == pytest.approx(own_work, rel=1e-4, abs=1e-9)
+    if i > 0:
+        assert m.ttft_ms == pytest.approx(alpha + (beta + gamma) * i + m.itl_ms, rel=1e-5)
+
+
+def test_zero_input_tokens_has_no_prefill():
+    qm = model(i=0)
+    m = qm.analyze(1.0)
+    assert m.ttft_ms == pytest.approx(m.wait_ms + m.itl_ms, rel=1e-12)
+
+
+def test_rho_approaches_one_at_the_maximum_rate(example):
+    m = example.analyze(example.rate_range_rps.max_rps)
+    assert 0.9 < m.rho <= 1.0
+    assert m.throughput_rps < m.rate_rps
+
+
+# ---- λ* ----------------------------------------------------------------------------------------------------------
+
+TARGETS = [(2000, 100), (2000, 0), (0, 100), (500, 60), (300, 0), (0, 25), (10_000, 10_000), (150, 200)]
+
+
+@pytest.mark.parametrize(("ttft", "itl"), TARGETS)
+def test_lambda_star_meets_the_binding_target(example, ttft, itl):
+    m = example.max_rate(ttft, itl)
+    hi = example.rate_range_rps.max_rps
+    assert example.rate_range_rps.min_rps <= m.rate_rps <= hi
+    gaps = []
+    for target, value in ((ttft, m.ttft_ms), (itl, m.itl_ms)):
+        if target > 0:
+            assert (value - target) / target <= TOLERANCE, (target, value)  # never above a target beyond tolerance
+            gaps.append(abs(value - target) / target)
+    if m.rate_rps < hi:
+        assert min(gaps) <= TOLERANCE  # something binds
+    assert m == example.analyze(m.rate_rps)
+
+
+def test_targets_above_the_range_give_the_maximum_rate(example):
+    assert example.max_rate(1e9, 1e9).rate_rps == example.rate_range_rps.max_rps
+
+
+@pytest.mark.parametrize("field", ["alpha", "beta", "gamma", "i", "o"])
+@pytest.mark.parametrize(("ttft", "itl"), [(2000, 100), (3000, 0), (0, 120)])
+def test_more_work_never_raises_lambda_star(field, ttft, itl):
+    base = {"alpha": 20.0, "beta": 0.08, "gamma": 0.0002, "i": 512.0, "o": 128.0}
+    previous = model(**base).max_rate(ttft, itl).rate_rps
+    for factor in (1.1, 1.5, 2.0):
+        heavier = dict(base, **{field: base[field] * factor})
+        rate = model(**heavier).max_rate(ttft, itl).rate_rps
+        assert rate <= previous * (1 + 1e-6), (field, factor)
+        previous = rate
+
+
+@given(
+    t1=st.floats(min_value=120, max_value=5000),
+    t2=st.floats(min_value=120, max_value=5000),
+    i1=st.floats(min_value=45, max_value=200),
+    i2=st.floats(min_value=45, max_value=200),
+)
+@settings(max_examples=30, deadline=None)
+def test_a_looser_target_never_lowers_lambda_star(example, t1, t2, i1, i2):
+    tight = example.max_rate(min(t1, t2), min(i1, i2)).rate_rps
+    loose = example.max_rate(max(t1, t2), max(i1, i2)).rate_rps
+    assert loose >= tight * (1 - 1e-6)
+
+
+# ---- properties over the valid range -----------------------------------------------------------------------------
+
+models = st.builds(
+    model,
+    alpha=st.floats(min_value=1, max_value=100),
+    beta=st.floats(min_value=0, max_value=1),
+    gamma=st.floats(min_value=0, max_value=0.01),
+    i=st.floats(min_value=0, max_value=8192),
+    o=st.floats(min_value=1, max_value=2048),
+    n=st.integers(min_value=1, max_value=512),
+    q=st.integers(min_value=0, max_value=500),
+)
+fractions = st.floats(min_value=1e-6, max_value=1.0)
+
+
+@given(qm=models, f1=fractions, f2=fractions)
+@settings(max_examples=150, deadline=None)
+def test_latencies_are_non_decreasing_in_rate(qm, f1, f2):
+    lo, hi = sorted((f1, f2))
+    a: Metrics = qm.analyze(qm.rate_range_rps.max_rps * lo)
+    b: Metrics = qm.analyze(qm.rate_range_rps.max_rps * hi)
+    assert b.ttft_ms >= a.ttft_ms * (1 - 1e-9)
+    if qm.max_batch >= 2:  # see test_itl_decreases_with_rate_when_the_batch_is_one
+        assert b.itl_ms >= a.itl_ms * (1 - 1e-9)
+
+
+def test_itl_decreases_with_rate_when_the_batch_is_one():
+    """Upstream's model, reproduced: with max_batch 1, S = 1/μ_1 at every rate while prefill is taken at the
+    fractional mean batch avgNumInServers < 1, so ITL = (S − prefill)/O falls slightly as the rate rises."""
+    qm = model(alpha=1.0, beta=1.0, gamma=0.0, i=1.0, o=1.0, n=1, q=0)
+    hi = qm.rate_range_rps.max_rps
+    low, high = qm.analyze(hi * 0.5), qm.analyze(hi)
+    assert high.itl_ms < low.itl_ms
+    assert high.ttft_ms >= low.ttft_ms
+
+
+@given(qm=models, f=fractions)
+@settings(max_examples=150, deadline=None)
+def test_rho_in_unit_interval_and_throughput_at_most_rate(qm, f):
+    m = qm.analyze(qm.rate_range_rps.max_rps * f)
+    assert 0.0 <= m.rho <= 1.0
+    assert 0.0 < m.throughput_rps <= m.rate_rps * (1 + 1e-12)
+    assert m.wait_ms >= 0.0
+    assert 0.0 <= m.avg_batch <= qm.max_batch
+    assert all(math.isfinite(v) for v in (m.ttft_ms, m.itl_ms, m.rho, m.throughput_rps))
+
+
+# ---- validation --------------------------------------------------------------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("build", "param", "shown"),
+    [
+        pytest.param(lambda: ServiceParams(0, 0.1, 0.1), "alpha_ms", "> 0", id="alpha-zero"),
+        pytest.param(lambda: ServiceParams(-1, 0.1, 0.1), "alpha_ms", "-1", id="alpha-negative"),
+        pytest.param(lambda: ServiceParams(NAN, 0.1, 0.1), "alpha_ms", "nan", id="alpha-nan"),
+        pytest.param(lambda: ServiceParams(INF, 0.1, 0.1), "alpha_ms", "inf", id="alpha-inf"),
+        pytest.param(lambda: ServiceParams(1, -0.1, 0.1), "beta_ms", ">= 0", id="beta-negative"),
+        pytest.param(lambda: ServiceParams(1, 0.1, -1e-9), "gamma_ms", ">= 0", id="gamma-negative"),
+        pytest.param(lambda: ServiceParams(1, "x", 0.1), "beta_ms", "'x'", id="beta-string"),  # type: ignore[arg-type]
+        pytest.param(lambda: ServiceParams(True, 0.1, 0.1), "alpha_ms", "True", id="alpha-bool"),
+        pytest.param(lambda: RequestSize(-1, 10), "input_tokens", ">= 0", id="input-negative"),
+        pytest.param(lambda: RequestSize(10, 0), "output_tokens", ">= 1", id="output-zero"),
+        pytest.param(lambda: RequestSize(10, 0.5), "output_tokens", "0.5", id="output-fraction-below-1"),
+        pytest.param(lambda: RequestSize(10, NAN), "output_tokens", "nan", id="output-nan"),
+        pytest.param(lambda: model(n=0), "max_batch", "[1, 1000000]", id="max-batch-zero"),
+        pytest.param(lambda: model(n=2.5), "max_batch", "2.5", id="max-batch-float"),
+        pytest.param(lambda: model(q=-1), "max_queue", "[0, 1000000]", id="max-queue-negative"),
+        pytest.param(lambda: model().analyze(0), "rate_rps", "> 0", id="rate-zero"),
+        pytest.param(lambda: model().analyze(NAN), "rate_rps", "nan", id="rate-nan"),
+        pytest.param(lambda: model().max_rate(-1, 100), "ttft_ms", ">= 0", id="ttft-negative"),
+        pytest.param(lambda: model().max_rate(100, NAN), "itl_ms", "nan", id="itl-nan"),
+        pytest.param(lambda: model().max_rate(0, 0), "targets", "both 0", id="targets-both-zero"),
+    ],
+)
+def test_invalid_inputs_name_the_parameter_value_and_range(build, param, shown):
+    with pytest.raises(InvalidInput) as info:
+        build()
+    assert isinstance(info.value, ValueError)
+    assert info.value.param == param
+    assert str(info.value).startswith(param)
+    assert shown in str(info.value)
+
+
+def test_rate_above_the_maximum_is_a_model_error(example):
+    hi = example.rate_range_rps.max_rps
+    with pytest.raises(BeyondModel) as info:
+        example.analyze(hi * 1.0001)
+    assert isinstance(info.value, ModelError)
+    assert info.value.param == "rate_rps"
+    assert f"{hi:.6g}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("ttft", "itl", "param", "label"),
+    [(50, 0, "ttft_ms", "TTFT"), (0, 20, "itl_ms", "ITL"), (2000, 20, "itl_ms", "ITL")],
+)
+def test_target_below_the_bounded_region(example, ttft, itl, param, label):
+    with pytest.raises(BeyondModel) as info:
+        example.max_rate(ttft, itl)
+    low = example.analyze(example.rate_range_rps.min_rps)
+    minimum = low.ttft_ms if param == "ttft_ms" else low.itl_ms
+    message = str(info.value)
+    assert info.value.param == param
+    assert "below the bounded region" in message
+    assert f"target {ttft if param == 'ttft_ms' else itl:g} ms" in message
+    assert f"minimum achievable {label} is {minimum:.6g} ms" in message
