@@ -36,7 +36,6 @@ import ssl
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Final
 
 from aiohttp import web
@@ -48,6 +47,7 @@ from adapter.domain.timefmt import format_rfc3339
 from adapter.servers.auth import Authenticator, Authorizer, RequestAttributes, UserInfo
 from adapter.servers.quantity import format_quantity
 from adapter.servers.selector import Selector, parse_selector
+from adapter.servers.served import ServedMetric
 from adapter.store.decisions import DecisionReader, StoredDecision
 
 __all__ = [
@@ -59,7 +59,6 @@ __all__ = [
     "LABEL_MODEL",
     "LABEL_VARIANT",
     "VERSION",
-    "ExternalMetric",
     "RequestObserver",
     "RunningServer",
     "build_external_metrics_app",
@@ -97,20 +96,6 @@ RequestObserver = Callable[[str, int, float], None]
 """`observer(endpoint, http_status, duration_s)`, called once per request."""
 _JSON: Final = "application/json"
 
-
-class ExternalMetric(StrEnum):
-    """The metrics we serve; the names the HPA's `external.metric.name` uses."""
-
-    DESIRED_REPLICAS = "wva_desired_replicas"
-    CURRENT_REPLICAS = "wva_current_replicas"
-    DESIRED_RATIO = "wva_desired_ratio"
-
-
-_VALUE_OF: Final[Mapping[ExternalMetric, Callable[[VariantDecision], float]]] = {
-    ExternalMetric.DESIRED_REPLICAS: lambda d: d.desired_replicas,
-    ExternalMetric.CURRENT_REPLICAS: lambda d: d.current_replicas,
-    ExternalMetric.DESIRED_RATIO: lambda d: d.desired_ratio,
-}
 
 _REASONS: Final = {
     400: "BadRequest",
@@ -190,7 +175,7 @@ def _discovery_documents() -> tuple[bytes, bytes, bytes]:
                 "kind": "ExternalMetricValueList",
                 "verbs": ["get"],
             }
-            for metric in ExternalMetric
+            for metric in ServedMetric
         ],
     }
     return _dumps(group_list), _dumps(group), _dumps(resources)
@@ -358,7 +343,7 @@ class _ExternalMetricsAPI:
         cached = self._rendered.get(key)
         if cached is None or not _same_sources(cached.sources, self._fetch(namespace, cached.pinned)):
             try:
-                metric = ExternalMetric(metric_name)
+                metric = ServedMetric(metric_name)
             except ValueError:
                 raise NotFound(f"the server could not find the metric {metric_name} for {GROUP}") from None
             cached = self._render(namespace, metric, request.query.get("labelSelector", ""))
@@ -380,12 +365,12 @@ class _ExternalMetricsAPI:
         get = self._reader.get
         return [entry for entry in map(get, pinned) if entry is not None]
 
-    def _render(self, namespace: str, metric: ExternalMetric, raw_selector: str) -> _Rendered:
+    def _render(self, namespace: str, metric: ServedMetric, raw_selector: str) -> _Rendered:
         selector = self._selector(raw_selector)
         names = selector.required_values(LABEL_VARIANT)
         pinned = None if names is None else tuple(VariantKey(namespace, name) for name in sorted(names))
         candidates = self._fetch(namespace, pinned)
-        value_of = _VALUE_OF[metric]
+        value_of = metric.value_of
         items = [
             {
                 "metricName": metric.value,

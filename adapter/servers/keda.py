@@ -29,7 +29,6 @@ import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, NoReturn
 
 import grpc
@@ -49,6 +48,7 @@ from adapter.domain.errors import (
 from adapter.domain.ids import VariantKey
 from adapter.servers._keda_pb import externalscaler_pb2 as pb2
 from adapter.servers._keda_pb import externalscaler_pb2_grpc as pb2_grpc
+from adapter.servers.served import DEFAULT_METRIC, ServedMetric
 from adapter.store.decisions import DecisionReader, StoredDecision
 
 _log = logging.getLogger(__name__)
@@ -72,31 +72,12 @@ _KEDA_TRIGGER_PREFIX = re.compile(r"s\d+-")
 releases did not, so we strip it too."""
 
 
-class KedaMetric(StrEnum):
-    """The values a trigger may ask for; the same names the External Metrics API serves."""
-
-    DESIRED_REPLICAS = "wva_desired_replicas"
-    CURRENT_REPLICAS = "wva_current_replicas"
-    DESIRED_RATIO = "wva_desired_ratio"
-
-    def value_of(self, stored: StoredDecision) -> float:
-        decision = stored.decision
-        if self is KedaMetric.DESIRED_REPLICAS:
-            return float(decision.desired_replicas)
-        if self is KedaMetric.CURRENT_REPLICAS:
-            return float(decision.current_replicas)
-        return decision.desired_ratio
-
-
-DEFAULT_METRIC = KedaMetric.DESIRED_REPLICAS
-
-
 @dataclass(frozen=True, slots=True)
 class ScalerTarget:
     """What one ScaledObjectRef asks about: which VA, which value."""
 
     key: VariantKey
-    metric: KedaMetric
+    metric: ServedMetric
 
 
 def resolve_target(*, name: str, namespace: str, metadata: Mapping[str, object]) -> ScalerTarget:
@@ -123,13 +104,13 @@ def resolve_target(*, name: str, namespace: str, metadata: Mapping[str, object])
     return ScalerTarget(VariantKey(va_namespace, va_name), parse_metric(metric_text, key=META_METRIC))
 
 
-def parse_metric(text: str, *, key: str) -> KedaMetric:
-    """A metric name (optionally with KEDA's `s<N>-` prefix) to a KedaMetric; BadRequest naming `key`."""
+def parse_metric(text: str, *, key: str) -> ServedMetric:
+    """A metric name (optionally with KEDA's `s<N>-` prefix) to a ServedMetric; BadRequest naming `key`."""
     bare = _KEDA_TRIGGER_PREFIX.sub("", text, count=1) if _KEDA_TRIGGER_PREFIX.match(text) else text
     try:
-        return KedaMetric(bare)
+        return ServedMetric(bare)
     except ValueError:
-        allowed = ", ".join(m.value for m in KedaMetric)
+        allowed = ", ".join(m.value for m in ServedMetric)
         raise BadRequest(f"{key}: {text!r} is not a metric this scaler serves (one of: {allowed})") from None
 
 
@@ -220,7 +201,7 @@ class ExternalScalerServicer:
             target = self._target(request.scaledObjectRef)
             requested = request.metricName
             metric = parse_metric(requested, key=META_METRIC) if requested else target.metric
-            value = metric.value_of(self._lookup(target))
+            value = metric.value_of(self._lookup(target).decision)
             reply = pb2.MetricValue(
                 metricName=requested or metric.value,
                 metricValue=round(value),

@@ -17,13 +17,13 @@ from adapter.domain.ids import VariantKey
 from adapter.servers._keda_pb import externalscaler_pb2 as pb2
 from adapter.servers._keda_pb import externalscaler_pb2_grpc as pb2_grpc
 from adapter.servers.keda import (
-    KedaMetric,
     KedaServer,
     KedaTls,
     grpc_status_for,
     resolve_target,
     start_keda_server,
 )
+from adapter.servers.served import ServedMetric
 from adapter.store.decisions import DecisionStore
 
 from ._keda_support import NS, T0_S, CountingReader, Pki, decision, make_pki
@@ -483,9 +483,9 @@ async def test_bind_failure_names_the_address(keda_server: KedaServer) -> None:
 def test_metric_values_follow_the_decision(keda_store: DecisionStore) -> None:
     stored = keda_store.get(VariantKey(NS, "llama-a100"))
     assert stored is not None
-    values = {m: m.value_of(stored) for m in KedaMetric}
+    values = {m: m.value_of(stored.decision) for m in ServedMetric}
     assert values == {
-        KedaMetric.DESIRED_REPLICAS: 3.0,
-        KedaMetric.CURRENT_REPLICAS: 4.0,
-        KedaMetric.DESIRED_RATIO: 0.75,
+        ServedMetric.DESIRED_REPLICAS: 3.0,
+        ServedMetric.CURRENT_REPLICAS: 4.0,
+        ServedMetric.DESIRED_RATIO: 0.75,
     }
