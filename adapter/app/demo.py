@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import TextIO
 
 import yaml
 
+from adapter.app.signals import stop_on_signals
 from adapter.app.world import DemoWorld, Row, load_vas, world_from_scenario
 from adapter.domain.decision import VariantDecision
 from adapter.domain.ids import VariantKey
@@ -165,7 +165,7 @@ async def run_demo(
             ports=(https.port, keda.port, metrics.port, health.port),
             kubeconfig=kubeconfig,
         )
-        remove_handlers = _install_signal_handlers(stop)
+        remove_handlers = stop_on_signals(stop)
         stack.callback(remove_handlers)
         if on_started is not None:
             on_started(DemoEndpoints(https.port, keda.port, metrics.port, health.port, kubeconfig, store))
@@ -214,18 +214,3 @@ def _print_banner(
         file=out,
         flush=True,
     )
-
-
-def _install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-
-    def remove() -> None:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-
-    return remove

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapter.app.signals import stop_on_signals
 from adapter.config.settings import MAIN_CONFIGMAP, Settings
 from adapter.domain.errors import AdapterError, ConfigError, KubeNotFound
 from adapter.k8s.authz import SubjectAccessReviewAuthorizer, load_requestheader_config
@@ -92,7 +92,20 @@ async def run_serve(
     """Run until `stop` (or SIGINT/SIGTERM). `reload(data)` re-resolves the settings with the
     `wva-variantautoscaling-config` ConfigMap as the layer below the config file (flags and env still win)."""
     stop = stop or asyncio.Event()
-    _install_signal_handlers(stop)
+    restore_signals = stop_on_signals(stop)
+    try:
+        return await _serve(settings, stop=stop, reload=reload, on_started=on_started)
+    finally:
+        restore_signals()
+
+
+async def _serve(
+    settings: Settings,
+    *,
+    stop: asyncio.Event,
+    reload: Callable[[Mapping[str, str]], Settings] | None,
+    on_started: Callable[[ServeEndpoints], None] | None,
+) -> int:
     client = await KubeClient.connect(
         kubeconfig=str(settings.kubeconfig) if settings.kubeconfig else None,
         request_timeout_s=settings.rest_client_timeout_s,
@@ -265,13 +278,6 @@ async def _supervise(coroutines: list[Coroutine[Any, Any, None]], stop: asyncio.
     for failure in failures:
         log.error("a root task failed: %r", failure)
     return 1 if failures else 0
-
-
-def _install_signal_handlers(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
 
 
 def run(settings: Settings, *, reload: Callable[[Mapping[str, str]], Settings] | None = None) -> int:
