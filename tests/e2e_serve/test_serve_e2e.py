@@ -255,7 +255,13 @@ async def _scenario(
         timeout_s=10,
     )
     out.say(f"D Prometheus killed (SIGKILL): fallback in the VA status after {took:.1f}s")
-    for _ in range(2):  # two more cycles without metrics: nothing moves, nothing crashes
+    # The cycle that wrote the fallback status may not have counted itself yet: wait for it to, so the loop
+    # below sees two more whole cycles without metrics (nothing moves, nothing crashes).
+    first = reconciler.cycles
+    await until(
+        "the fallback cycle to finish", check_of(lambda: None if reconciler.cycles > first else "same"), timeout_s=5
+    )
+    for _ in range(2):
         cycle = reconciler.cycles
         await until("the next cycle", check_of(lambda c=cycle: None if reconciler.cycles > c else "same"), timeout_s=5)
         serve.assert_running()
