@@ -45,6 +45,10 @@ from adapter.domain.snapshot import (
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import VariantBounds, enforce
 
+IMPLEMENTED_ANALYZERS: frozenset[AnalyzerName] = frozenset({AnalyzerName.SATURATION_PERCENTAGE})
+"""Analyzers this engine decides with; a configuration selecting another is reported, never silently replaced.
+Callers that choose an analyzer up front (`simulate --policy`) refuse the ones missing here."""
+
 METRICS_FOUND_MESSAGE = "Saturation metrics data is available for scaling decisions"
 METRICS_MISSING_MESSAGE = "No saturation metrics available - pods may not be ready or metrics not yet scraped"
 

@@ -1,0 +1,92 @@
+"""The capacity signal: what every analyzer hands to the allocation step (seed 001's pipeline).
+
+An analyzer never chooses replica counts for the token-based and queueing-model paths; it measures. Per
+model it says how much capacity is *required* on top of what runs (> 0 means scale up), how much is
+*spare* (> 0 means some may be removed), and, per variant, what one replica of it supplies, in the
+analyzer's own unit: tokens for saturation-token-based, requests/s for the queueing model, replicas for
+the percentage-based analyzer (whose ±1 rule picks its targets itself and hands them over as a
+`proposal`). The allocation step then buys or releases capacity for all models at once, so that the
+cheapest capacity is bought first and shared GPU pools are split fairly.
+
+Worked example (token-based): two L4 replicas, each supplying min(k1, k2) = 12,000 tokens, carry a demand
+of 22,000 tokens. Supply 24,000; `required = 22,000 / 0.85 - 24,000 = 1,882` tokens (> 0: scale up);
+`spare = 24,000 - 22,000 / 0.70 = -7,429` (no scale-down). The optimizer then adds ceil(1,882 / 12,000) = 1
+replica of whichever variant is cheapest per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from adapter.domain.decision import AnalyzerName
+from adapter.domain.ids import ModelKey
+
+
+class Role(StrEnum):
+    """A variant's part in prefill/decode disaggregation (`llm-d.ai/role` label); BOTH when not split."""
+
+    BOTH = "both"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class CapacityUnit(StrEnum):
+    TOKENS = "tokens"
+    REQUESTS_PER_S = "rps"
+    REPLICAS = "replicas"
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSupply:
+    """One variant as the allocation step sees it."""
+
+    name: str
+    cost: float
+    """Cost of one replica per hour (`spec.variantCost`)."""
+    per_replica_capacity: float
+    """What one replica supplies, in the signal's unit; <= 0 means unknown (never chosen, never free)."""
+    current_replicas: int
+    min_replicas: int
+    max_replicas: int
+    ready_replicas: int = 0
+    pending_replicas: int = 0
+    gpus_per_replica: int = 1
+    accelerator: str = ""
+    """Normalised accelerator type (see adapter.optimizer.accelerators); "" = unknown pool."""
+    role: Role = Role.BOTH
+    demand: float = 0.0
+    """Demand attributed to this variant's replicas, in the signal's unit."""
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySignal:
+    """One model's analysis, ready for allocation."""
+
+    model: ModelKey
+    analyzer: AnalyzerName
+    unit: CapacityUnit
+    required: float
+    """Capacity to add (> 0: scale up)."""
+    spare: float
+    """Capacity that may be removed (> 0 and nothing required: scale down)."""
+    variants: tuple[VariantSupply, ...]
+    priority: float = 1.0
+    """Model priority for the GPU limiter's fair share (ConfigMap `priority`)."""
+    proposal: Mapping[str, int] | None = None
+    """Targets chosen by the analyzer itself (percentage-based ±1 rule); the allocation step then only
+    checks them against the GPUs available."""
+    analysis: Mapping[str, Any] = field(default_factory=dict)
+    """The DESIGN §3.2 `analysis` fields, as `replay` prints them."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoSignal:
+    """An analyzer that could not measure this model this cycle, and why (the engine then holds or falls back)."""
+
+    model: ModelKey
+    analyzer: AnalyzerName
+    reason: str
+    analysis: Mapping[str, Any] = field(default_factory=dict)
