@@ -66,6 +66,8 @@ class SaturationEntry(_Entry):
     scale_up_threshold: float | None = Field(default=None, alias="scaleUpThreshold", gt=0, le=1)
     scale_down_boundary: float | None = Field(default=None, alias="scaleDownBoundary", gt=0, le=1)
     enable_limiter: bool | None = Field(default=None, alias="enableLimiter")
+    optimizer: Literal["", "greedy", "exact"] | None = None
+    """Ours: "exact" allocates with one MILP for all models instead of the greedy optimizers."""
     priority: float | None = Field(default=None, ge=0)
     transition_timeout: str | None = Field(default=None, alias="transitionTimeout")
     """Ours: how long a requested transition may stay unapplied before it stops blocking the model."""
@@ -126,12 +128,21 @@ class SaturationConfig:
     scale_up_threshold: float = 0.85
     scale_down_boundary: float = 0.70
     enable_limiter: bool = False
+    optimizer: str = ""
     priority: float = 1.0
     transition_timeout_s: float = 300.0
 
     @property
     def token_based(self) -> bool:
         return self.analyzer_name in ("saturation", "saturation-token-based")
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationConfig:
+    """Cluster-wide allocation mode (see `ConfigSet.allocation`)."""
+
+    enable_limiter: bool = False
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +318,15 @@ class ConfigSet:
             )
             cfg = replace(cfg, scale_up_threshold=0.85, scale_down_boundary=0.70)
         return cfg, warnings
+
+    def allocation(self) -> AllocationConfig:
+        """The allocation mode, from the global saturation ConfigMap's `default` entry only: GPU pools are
+        shared by every namespace, so no namespace-local ConfigMap may switch the limiter off (or on)."""
+        cm = self.configmaps.get((self.controller_namespace, SATURATION_CM))
+        entry = cm.default if cm is not None else None
+        if entry is None:
+            return AllocationConfig()
+        return AllocationConfig(bool(entry.enable_limiter), entry.optimizer == "exact")
 
     def scale_to_zero(self, model: ModelKey) -> tuple[ScaleToZeroConfig, list[str]]:
         """Enabled: per-model entry > global/local default > WVA_SCALE_TO_ZERO env > off (seed 001)."""

@@ -47,6 +47,21 @@ def gpus_per_replica(template: Mapping[str, Any]) -> int:
     return total or 1
 
 
+ROLE_LABEL = "llm-d.ai/role"
+
+
+def role_of(labels: Mapping[str, Any]) -> str:
+    """The P/D role of pods with these labels: "prefill" or "decode"; anything else serves both ("")."""
+    value = labels.get(ROLE_LABEL)
+    return value if value in ("prefill", "decode") else ""
+
+
+def role(template: Mapping[str, Any]) -> str:
+    metadata = template.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return role_of(labels) if isinstance(labels, Mapping) else ""
+
+
 def accelerator(template: Mapping[str, Any]) -> str:
     """nodeSelector first, then required node-affinity terms with operator In (first value)."""
     spec = template.get("spec") or {}

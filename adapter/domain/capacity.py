@@ -49,8 +49,8 @@ class VariantSupply:
     per_replica_capacity: float
     """What one replica supplies, in the signal's unit; <= 0 means unknown (never chosen, never free)."""
     current_replicas: int
-    min_replicas: int
-    max_replicas: int
+    min_replicas: int = 0
+    max_replicas: int = 2**31 - 1
     ready_replicas: int = 0
     pending_replicas: int = 0
     gpus_per_replica: int = 1
@@ -80,6 +80,10 @@ class CapacitySignal:
     checks them against the GPUs available."""
     analysis: Mapping[str, Any] = field(default_factory=dict)
     """The DESIGN §3.2 `analysis` fields, as `replay` prints them."""
+    roles: Mapping[Role, tuple[float, float]] | None = None
+    """P/D disaggregation: (required, spare) per role; allocation then stays within each role's variants."""
+    notes: tuple[str, ...] = ()
+    """Facts the analyzer wants in the decision's notes (e.g. a replica it could not size)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,3 +108,5 @@ class CycleResult:
     decisions: Mapping[VariantKey, VariantDecision]
     analyses: Mapping[ModelKey, ModelAnalysis]
     warnings: tuple[str, ...] = ()
+    errors: Mapping[ModelKey, str] = field(default_factory=dict)
+    """Models whose decision raised (a bug): held at their previous allocation, the error in their reason."""

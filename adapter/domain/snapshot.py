@@ -122,6 +122,8 @@ class ScaleTarget:
     accelerator: str = ""
     """From nodeSelector / node affinity (`nvidia.com/gpu.product`, …), if any."""
     vllm: VllmArgs = field(default_factory=VllmArgs)
+    role: str = ""
+    """P/D disaggregation role from the pod label `llm-d.ai/role`: "prefill", "decode", or "" (both)."""
 
     @property
     def pending_replicas(self) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from adapter.config import podtemplate
 from adapter.config.va import parse_va
+from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import NodeGpus, ScaleTarget, VariantSpec, VariantStatus, VllmArgs
@@ -137,6 +138,7 @@ class Workload:
             gpus_per_replica=self.gpus_per_replica,
             accelerator=self.accelerator,
             vllm=self.vllm,
+            role=podtemplate.role_of(self.pod_labels),
         )
 
 
@@ -380,17 +382,6 @@ def project_pool_v1alpha2(obj: dict[str, Any]) -> PoolRecord | None:
 
 
 # ---- nodes ------------------------------------------------------------------------------------------
-
-
-def normalize_accelerator(product: str) -> str:
-    """Upstream's GPU product normalisation (research §4.3): "NVIDIA-A100-SXM4-80GB" → "A100",
-    "AMD-MI300X-…" → "MI300X", "INTEL-Max-1550-…" → "Max-1550", "Tesla-T4" → "T4"; no dash → unchanged."""
-    if "-" not in product:
-        return product
-    parts = product.split("-")
-    vendor = parts[0].upper()
-    name = f"{parts[1]}-{parts[2]}" if vendor == "INTEL" and len(parts) >= 3 else parts[1]
-    return name or product
 
 
 @dataclass(frozen=True, slots=True)

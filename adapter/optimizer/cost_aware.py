@@ -1,13 +1,14 @@
-"""Cost-aware optimizer (seed 001; upstream research §4.1): one model at a time, unlimited GPUs.
+"""Cost-aware optimizer (seed 001; upstream research §4.1): buy required capacity cheapest-per-unit first.
 
 Input is the analyzer's capacity signal in its own unit (tokens for the token-based analyzer, requests/s
 for the queueing model): `required` capacity to add, or `spare` capacity that may be removed, plus each
 variant's per-replica capacity and cost.
 
 Scale-up (takes priority) walks variants by cost-efficiency `cost / per_replica_capacity`, cheapest per unit
-first, adding `ceil(remaining / capacity)` replicas capped by maxReplicas and spilling the rest to the next
-variant. Worked example: required 5000 tokens; variants A (cost 5, 2000 tok/replica → 0.0025/token) and
-B (cost 15, 8000 tok/replica → 0.001875/token): B first, ceil(5000/8000) = 1 replica of B.
+first, adding `ceil(remaining / capacity)` replicas capped by maxReplicas (and, under the GPU limiter, by the
+GPUs left in the variant's pool), spilling the rest to the next variant. Worked example: required 5000
+tokens; variants A (cost 5, 2000 tok/replica → 0.0025/token) and B (cost 15, 8000 tok/replica →
+0.001875/token): B first, ceil(5000/8000) = 1 replica of B.
 
 Scale-down walks variants by absolute cost, most expensive first, removing `floor(remaining / capacity)`
 replicas down to minReplicas; the last variant still serving keeps one replica (going to zero is the
@@ -23,20 +24,13 @@ the enforcer then cold-starts the cheapest one; we keep the last serving variant
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
+from adapter.domain.capacity import VariantSupply
 
-@dataclass(frozen=True, slots=True)
-class VariantCapacity:
-    name: str
-    cost: float
-    """Cost of one replica per hour."""
-    per_replica_capacity: float
-    """Capacity one replica adds, in the analyzer's unit; <= 0 means unknown."""
-    current_replicas: int
-    min_replicas: int = 0
-    max_replicas: int = 2**31 - 1
+VariantCapacity = VariantSupply
+"""The optimizer's view of a variant is the analyzer's `VariantSupply`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,48 +39,69 @@ class ScalingRequest:
     """Capacity to add (> 0 means scale up)."""
     spare: float
     """Capacity that may be removed (> 0 means scale down, when nothing is required)."""
-    variants: Sequence[VariantCapacity]
+    variants: Sequence[VariantSupply]
 
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
     targets: Mapping[str, int]
     unmet: float
-    """Required capacity no variant could take (every eligible variant at maxReplicas)."""
+    """Required capacity no variant could take (every eligible variant at maxReplicas or out of GPUs)."""
 
 
 def optimize(request: ScalingRequest) -> Allocation:
     targets = {v.name: v.current_replicas for v in request.variants}
     if request.required > 0:
-        return _scale_up(request, targets)
+        unmet = scale_up(request.variants, targets, request.required)
+        return Allocation(targets, unmet)
     if request.spare > 0:
-        return _scale_down(request, targets)
+        scale_down(request.variants, targets, request.spare)
     return Allocation(targets, 0.0)
 
 
-def _scale_up(request: ScalingRequest, targets: dict[str, int]) -> Allocation:
-    remaining = request.required
-    known = [v for v in request.variants if v.per_replica_capacity > 0]
-    for v in sorted(known, key=lambda v: (v.cost / v.per_replica_capacity, v.name)):
+def by_cost_efficiency(variants: Sequence[VariantSupply]) -> list[VariantSupply]:
+    """Variants of known capacity, cheapest per unit of capacity first (ties: name)."""
+    known = [v for v in variants if v.per_replica_capacity > 0]
+    return sorted(known, key=lambda v: (v.cost / v.per_replica_capacity, v.name))
+
+
+def scale_up(
+    variants: Sequence[VariantSupply],
+    targets: MutableMapping[str, int],
+    required: float,
+    *,
+    gpus_free: MutableMapping[str, int] | None = None,
+) -> float:
+    """Add replicas for `required` capacity into `targets`; returns the capacity left unmet.
+
+    With `gpus_free` (GPUs left per accelerator pool), a variant gets only whole replicas its pool can hold
+    and the pool is debited; a variant whose accelerator is not a key of `gpus_free` is not limited."""
+    remaining = required
+    for v in by_cost_efficiency(variants):
         if remaining <= 0:
             break
         room = v.max_replicas - targets[v.name]
+        if gpus_free is not None and v.accelerator in gpus_free:
+            room = min(room, gpus_free[v.accelerator] // max(1, v.gpus_per_replica))
         if room <= 0:
             continue
         add = min(max(1, math.ceil(remaining / v.per_replica_capacity)), room)
         targets[v.name] += add
         remaining -= add * v.per_replica_capacity
-    return Allocation(targets, max(0.0, remaining))
+        if gpus_free is not None and v.accelerator in gpus_free:
+            gpus_free[v.accelerator] -= add * max(1, v.gpus_per_replica)
+    return max(0.0, remaining)
 
 
-def _scale_down(request: ScalingRequest, targets: dict[str, int]) -> Allocation:
-    remaining = request.spare
-    known = [v for v in request.variants if v.per_replica_capacity > 0]
+def scale_down(variants: Sequence[VariantSupply], targets: MutableMapping[str, int], spare: float) -> None:
+    """Remove replicas worth at most `spare` capacity, most expensive variant first."""
+    remaining = spare
+    known = [v for v in variants if v.per_replica_capacity > 0]
     for v in sorted(known, key=lambda v: (v.cost, v.name), reverse=True):
         if remaining <= 0:
             break
         floor_replicas = v.min_replicas
-        others_serving = any(targets[o.name] > 0 for o in request.variants if o.name != v.name)
+        others_serving = any(targets[o.name] > 0 for o in variants if o.name != v.name)
         if not others_serving:
             floor_replicas = max(floor_replicas, 1)
         removable = targets[v.name] - floor_replicas
@@ -95,4 +110,3 @@ def _scale_down(request: ScalingRequest, targets: dict[str, int]) -> Allocation:
             continue
         targets[v.name] -= take
         remaining -= take * v.per_replica_capacity
-    return Allocation(targets, 0.0)

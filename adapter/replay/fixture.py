@@ -211,6 +211,7 @@ def scale_target(st: FixtureScaleTarget) -> ScaleTarget:
         gpus_per_replica=podtemplate.gpus_per_replica(template),
         accelerator=podtemplate.accelerator(template),
         vllm=podtemplate.vllm_args(template),
+        role=podtemplate.role(template),
     )
 
 

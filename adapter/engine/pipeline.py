@@ -1,0 +1,177 @@
+"""The pure decision pipeline: `decide(snapshot, state, config, now_s) -> (CycleResult, EngineState)`.
+
+    per model:   configuration ─► analyzer (V1 ±1 | V2 tokens) ─► capacity signal, or "no signal" with a reason
+    all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools
+    per model:   enforcer (scale-to-zero / minimum one) ─► retention protection ─► bounds ─► decision + status
+                 (no signal: the seed-002 fallback hierarchy instead)
+
+Models are decided in isolation: an exception while deciding one model (a bug) holds that model at its
+previous allocation with the error in its reason and condition, and the others are decided as usual. The
+engine reads no clock, file, environment or network: `now_s` and everything else come in as values, and the
+next `EngineState` goes out as a value. Results never depend on the order of variants, pods or models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from adapter.config.engine import EngineConfig
+from adapter.domain.accelerators import normalize_accelerator
+from adapter.domain.capacity import CapacitySignal
+from adapter.domain.decision import AnalyzerName, CycleResult, ModelAnalysis, VariantDecision
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
+from adapter.engine.analyze import ModelPlan, measure_model
+from adapter.engine.enforce import ModelOutcome, alloc_for, failsafe, finish, outcome_of
+from adapter.engine.state import EngineState
+from adapter.optimizer.allocate import AllocationPolicy, ModelAllocation, allocate
+from adapter.optimizer.limiter import GpuUse, gpu_pools
+
+IMPLEMENTED_ANALYZERS: frozenset[AnalyzerName] = frozenset(
+    {AnalyzerName.SATURATION_PERCENTAGE, AnalyzerName.SATURATION_TOKEN}
+)
+"""Analyzers this engine decides with; a configuration selecting another is reported, never silently replaced.
+Callers that choose an analyzer up front (`simulate --policy`) refuse the ones missing here."""
+
+MAX_ERROR_CHARS = 200
+
+
+def decide(
+    snapshot: Snapshot, state: EngineState, config: EngineConfig, now_s: float
+) -> tuple[CycleResult, EngineState]:
+    models = snapshot.variants_by_model()
+    pods_by_variant = snapshot.pods_by_variant()
+    errors: dict[ModelKey, str] = {}
+
+    # 1. measure: one plan per model
+    plans: dict[ModelKey, ModelPlan] = {}
+    tokens = state.tokens
+    for model, views in sorted(models.items()):
+        try:
+            plans[model], tokens = measure_model(
+                model,
+                views,
+                snapshot=snapshot,
+                pods_by_variant=pods_by_variant,
+                state=state,
+                tokens=tokens,
+                config=config,
+                now_s=now_s,
+            )
+        except Exception as exc:  # a bug for one model must not stop the others (issue 10)
+            errors[model] = _describe(exc)
+
+    # 2. allocate: every model's signal at once
+    signals = [p.signal for p in plans.values() if p.signal is not None]
+    allocations = _allocate(signals, plans, snapshot, config)
+
+    # 3. enforce and finish, per model
+    decisions: dict[VariantKey, VariantDecision] = {}
+    analyses: dict[ModelKey, ModelAnalysis] = {}
+    new_allocations: dict[VariantKey, DesiredAlloc] = {}
+    not_reporting = {}
+    warnings: list[str] = []
+    for model, views in sorted(models.items()):
+        plan = plans.get(model)
+        try:
+            if plan is None:
+                raise _Failed(errors[model])
+            outcome = outcome_of(plan, allocations.get(model), snapshot.models.get(model), now_s=now_s)
+            finished = [
+                finish(
+                    view,
+                    outcome.held[view.key.name],
+                    outcome=outcome,
+                    config_warnings=plan.config_warnings,
+                    state=state,
+                    now_s=now_s,
+                )
+                for view in views
+            ]
+            warnings.extend(plan.config_warnings)
+            not_reporting.update({VariantKey(model.namespace, name): seen for name, seen in plan.not_reporting.items()})
+        except Exception as exc:
+            errors[model] = errors.get(model) or _describe(exc)
+            outcome, finished = _failed(views, state, errors[model], now_s)
+        analyses[model] = ModelAnalysis(model, outcome.analyzer, outcome.analysis)
+        for decision, alloc in finished:
+            decisions[decision.key] = decision
+            new_allocations[decision.key] = alloc
+
+    result = CycleResult(now_s, decisions, analyses, tuple(dict.fromkeys(warnings)), errors)
+    return result, EngineState(new_allocations, not_reporting, tokens)
+
+
+class _Failed(Exception):
+    pass
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, _Failed) else str(exc)
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def _failed(
+    views: Sequence[VariantView], state: EngineState, error: str, now_s: float
+) -> tuple[ModelOutcome, list[tuple[VariantDecision, DesiredAlloc]]]:
+    held = failsafe(views, state, error)
+    outcome = ModelOutcome(
+        held,
+        AnalyzerName.NONE,
+        {"error": error},
+        "MetricsFound",
+        (f"internal error: {error}",),
+        unavailable_reason="InternalError",
+    )
+    return outcome, [
+        finish(view, held[view.key.name], outcome=outcome, config_warnings=(), state=state, now_s=now_s)
+        for view in views
+    ]
+
+
+def _allocate(
+    signals: list[CapacitySignal], plans: dict[ModelKey, ModelPlan], snapshot: Snapshot, config: EngineConfig
+) -> dict[ModelKey, ModelAllocation]:
+    mode = config.configmaps.allocation()
+    uses = [
+        GpuUse(
+            normalize_accelerator(v.accelerator),
+            v.target.replicas if v.target else 0,
+            max(1, v.target.gpus_per_replica) if v.target else 1,
+        )
+        for v in snapshot.variants
+    ]
+    spare_kv = {m: p.v1_plan.analysis.avg_spare_kv for m, p in plans.items() if p.v1_plan is not None}
+    return allocate(
+        signals,
+        policy=AllocationPolicy(limiter=mode.enable_limiter, exact=mode.exact),
+        pools=gpu_pools(snapshot.nodes),
+        uses=uses,
+        spare_kv=spare_kv,
+    )
+
+
+def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, VariantStatus]:
+    """The VA statuses a cycle implies (what the leader writes), keyed by VA."""
+    previous = {v.key: v.status for v in snapshot.variants}
+    out: dict[VariantKey, VariantStatus] = {}
+    for key, decision in result.decisions.items():
+        prev = previous.get(key, VariantStatus())
+        out[key] = VariantStatus(
+            desired=alloc_for(decision, prev.desired, result.now_s),
+            applied=decision.current_replicas == decision.desired_replicas,
+            conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s),
+        )
+    return out
+
+
+def _merge_conditions(old: Sequence[Condition], new: Sequence[Condition], now_s: float) -> tuple[Condition, ...]:
+    """metav1 semantics: lastTransitionTime changes only when a condition's status flips."""
+    old_by_type = {c.type: c for c in old}
+    merged = []
+    for cond in new:
+        prev = old_by_type.get(cond.type)
+        since = prev.last_transition_s if prev is not None and prev.status == cond.status else now_s
+        merged.append(replace(cond, last_transition_s=since))
+    return tuple(merged)

@@ -1,0 +1,207 @@
+"""The allocation step: one pass over every model's capacity signal, so shared GPU pools are split once.
+
+    signals ─► percentage-based proposals (±1) ──► GPU limiter: greedy-by-saturation ─┐
+            └► capacity signals ─► scale-up:   cost-aware | greedy-by-score | exact ─┼─► targets per model
+                                  scale-down: cost-aware (never limited)              ┘
+
+Modes (wva-saturation-scaling-config, global `default` entry; GPU pools are cluster-wide, so a namespace
+cannot switch them): `enableLimiter: false` → cost-aware per model, GPUs unlimited; `enableLimiter: true` →
+greedy-by-score fair share of the free GPUs; `optimizer: exact` → one MILP for all models (with the GPU
+constraints when the limiter is on). Every mode is deterministic: results never depend on input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from adapter.domain.capacity import CapacitySignal, Role, VariantSupply
+from adapter.domain.ids import ModelKey
+from adapter.optimizer import cost_aware, exact, limiter
+from adapter.optimizer.limiter import GpuUse
+
+
+class OptimizerMode(StrEnum):
+    COST_AWARE = "cost-aware"
+    GREEDY_BY_SCORE = "greedy-by-score"
+    EXACT = "exact-milp"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationPolicy:
+    limiter: bool = False
+    exact: bool = False
+
+    @property
+    def mode(self) -> OptimizerMode:
+        if self.exact:
+            return OptimizerMode.EXACT
+        return OptimizerMode.GREEDY_BY_SCORE if self.limiter else OptimizerMode.COST_AWARE
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAllocation:
+    targets: Mapping[str, int]
+    optimizer: str
+    limited: Mapping[str, str] = field(default_factory=dict)
+    """Per variant: what the GPU limiter did to its scale-up (absent = not limited)."""
+    unmet: float = 0.0
+    """Required capacity left unallocated (all variants at maxReplicas, or out of GPUs)."""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """A model, or one P/D role of it: the unit that capacity is bought for."""
+
+    model: ModelKey
+    role: Role | None
+    variants: tuple[VariantSupply, ...]
+    required: float
+    spare: float
+    priority: float
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.model.namespace, self.model.model_id, str(self.role or ""))
+
+
+def allocate(
+    signals: Sequence[CapacitySignal],
+    *,
+    policy: AllocationPolicy,
+    pools: Mapping[str, int],
+    uses: Sequence[GpuUse],
+    spare_kv: Mapping[ModelKey, float] | None = None,
+) -> dict[ModelKey, ModelAllocation]:
+    """Targets for every model. `pools`: allocatable GPUs per accelerator; `uses`: GPUs every VA holds now
+    (models without a signal this cycle included). `spare_kv`: the percentage-based analyzer's average spare
+    KV per model, its limiter priority."""
+    free = limiter.free_gpus(pools, uses) if policy.limiter else None
+    out: dict[ModelKey, ModelAllocation] = {}
+    ordered = sorted(signals, key=lambda s: s.model)
+
+    proposals = [s for s in ordered if s.proposal is not None]
+    capacity = [s for s in ordered if s.proposal is None]
+    if proposals:
+        out.update(_allocate_proposals(proposals, free, spare_kv or {}))
+    if capacity:
+        out.update(_allocate_capacity(capacity, policy, free))
+    return out
+
+
+def _allocate_proposals(
+    signals: Sequence[CapacitySignal], free: dict[str, int] | None, spare_kv: Mapping[ModelKey, float]
+) -> dict[ModelKey, ModelAllocation]:
+    out: dict[ModelKey, ModelAllocation] = {}
+    grants: dict[tuple[str, str, str], limiter.Grant] = {}
+    if free is not None:
+        items = [
+            limiter.Proposal(
+                (s.model.namespace, s.model.model_id, v.name), v, s.proposal[v.name], spare_kv.get(s.model, 0.0)
+            )
+            for s in signals
+            if s.proposal is not None
+            for v in s.variants
+            if v.name in s.proposal
+        ]
+        grants = limiter.greedy_by_saturation(items, free)
+    for s in signals:
+        assert s.proposal is not None
+        targets = dict(s.proposal)
+        limited: dict[str, str] = {}
+        for name in targets:
+            grant = grants.get((s.model.namespace, s.model.model_id, name))
+            if grant is not None:
+                targets[name] = grant.target
+                if grant.limited:
+                    limited[name] = grant.limited
+        out[s.model] = ModelAllocation(
+            targets, "gpu-limiter (greedy-by-saturation)" if free is not None else "none", limited
+        )
+    return out
+
+
+def _groups(signal: CapacitySignal) -> list[_Group]:
+    if not signal.roles:
+        return [_Group(signal.model, None, signal.variants, signal.required, signal.spare, signal.priority)]
+    return [
+        _Group(
+            signal.model,
+            role,
+            tuple(v for v in signal.variants if v.role is role),
+            required,
+            spare,
+            signal.priority,
+        )
+        for role, (required, spare) in sorted(signal.roles.items())
+    ]
+
+
+def _allocate_capacity(
+    signals: Sequence[CapacitySignal], policy: AllocationPolicy, free: dict[str, int] | None
+) -> dict[ModelKey, ModelAllocation]:
+    groups = [g for s in signals for g in _groups(s)]
+    targets: dict[tuple[str, ...], dict[str, int]] = {
+        g.key: {v.name: v.current_replicas for v in g.variants} for g in groups
+    }
+    unmet: dict[tuple[str, ...], float] = {g.key: 0.0 for g in groups}
+    notes: dict[ModelKey, list[str]] = {s.model: [] for s in signals}
+    mode = policy.mode
+    solved = None
+    if policy.exact:
+        requests = [exact.ExactRequest(g.key, g.variants, _demand(g)) for g in groups if g.required > 0 or g.spare > 0]
+        solved = exact.solve(requests, gpus_free=free)
+        if solved is None:
+            mode = OptimizerMode.GREEDY_BY_SCORE if policy.limiter else OptimizerMode.COST_AWARE
+            for s in signals:
+                notes[s.model].append(f"exact optimizer found no solution; used {mode}")
+        else:
+            for key, solved_targets in solved.items():
+                targets[key] = solved_targets
+            for g in groups:
+                if g.required > 0:
+                    supplied = sum(targets[g.key][v.name] * max(0.0, v.per_replica_capacity) for v in g.variants)
+                    unmet[g.key] = max(0.0, _demand(g) - supplied)
+    if solved is None:
+        ups = [g for g in groups if g.required > 0]
+        if mode is OptimizerMode.GREEDY_BY_SCORE and free is not None:
+            shares = [limiter.ShareRequest(g.key, g.variants, g.required, g.priority, targets[g.key]) for g in ups]
+            limiter.greedy_by_score(shares, free)
+            for share in shares:
+                unmet[share.key] = max(0.0, share.remaining)
+        else:
+            for g in ups:
+                unmet[g.key] = cost_aware.scale_up(g.variants, targets[g.key], g.required)
+        for g in groups:
+            if g.required <= 0 < g.spare:
+                cost_aware.scale_down(g.variants, targets[g.key], g.spare)
+
+    out: dict[ModelKey, ModelAllocation] = {}
+    for s in signals:
+        merged: dict[str, int] = {}
+        limited: dict[str, str] = {}
+        left = 0.0
+        for g in _groups(s):
+            merged.update(targets[g.key])
+            left += unmet[g.key]
+            if unmet[g.key] > 0 and free is not None:
+                pools = sorted({v.accelerator for v in g.variants if v.accelerator in free})
+                why = ", ".join(f"{p} free {free[p]}" for p in pools) or "no pool"
+                for v in g.variants:
+                    if v.per_replica_capacity > 0 and merged.get(v.name, 0) < v.max_replicas:
+                        limited[v.name] = f"limited: {unmet[g.key]:.0f} {s.unit} required not allocated ({why} GPUs)"
+        if left > 0 and not limited:
+            notes[s.model].append(f"{left:.0f} {s.unit} required not allocated: every variant at maxReplicas")
+        out[s.model] = ModelAllocation(merged, str(mode), limited, left, tuple(notes[s.model]))
+    return out
+
+
+def _demand(g: _Group) -> float:
+    supplied = sum(v.current_replicas * v.per_replica_capacity for v in g.variants if v.per_replica_capacity > 0)
+    if g.required > 0:
+        return supplied + g.required
+    if g.spare > 0:
+        return max(0.0, supplied - g.spare)
+    return supplied

@@ -1,0 +1,101 @@
+"""Exact allocation: the cheapest replica mix for every model at once, as a mixed-integer linear program.
+
+For each request r (a model, or one P/D role of it) that needs a change, with variants v of known capacity:
+
+    minimise    Σ_r Σ_v cost_v · n_v  +  P · Σ_r u_r
+    subject to  Σ_v cap_v · n_v + u_r >= D_r                     (capacity covers demand; u_r = unmet, >= 0)
+                Σ_{v in pool a} gpus_v · n_v <= free_a + Σ_{v in pool a} gpus_v · current_v   (limiter on)
+                Σ_v n_v >= 1                                      (the last serving variant keeps one)
+                min_v <= n_v <= max_v,  n_v integer
+
+where D_r = Σ_v cap_v · current_v + required_r (scale-up) or − spare_r (scale-down), and the penalty
+P = 1 + 1000 · max_v(cost_v / cap_v) makes any unmet unit dearer than any capacity. Worked example: D = 10,000
+tokens, A (cost 5, 2,000 tokens) and B (cost 15, 8,000 tokens), nothing running: greedy buys 2 B (30, 16,000
+tokens); the MILP buys 1 B + 1 A (20, 10,000 tokens) — exactly covered, a third cheaper.
+
+Unlike the greedy path, the program may move capacity between variants in one cycle (fewer expensive, more
+cheap replicas): cheaper at steady state, at the price of a cold start; see docs/configuration.md
+(`optimizer: exact`). Solved with scipy.optimize.milp (HiGHS); a solver failure returns None and the caller
+falls back to the greedy allocation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from adapter.domain.capacity import VariantSupply
+
+
+@dataclass(frozen=True, slots=True)
+class ExactRequest:
+    key: tuple[str, ...]
+    variants: Sequence[VariantSupply]
+    demand: float
+    """D_r: the total capacity the request's variants must supply."""
+
+
+def solve(
+    requests: Sequence[ExactRequest], *, gpus_free: Mapping[str, int] | None, time_limit_s: float = 2.0
+) -> dict[tuple[str, ...], dict[str, int]] | None:
+    """Targets per request and variant (variants of unknown capacity keep their current count), or None."""
+    columns: list[tuple[int, VariantSupply]] = []
+    for r_index, request in enumerate(requests):
+        for v in request.variants:
+            if v.per_replica_capacity > 0:
+                columns.append((r_index, v))
+    if not columns:
+        return {r.key: {v.name: v.current_replicas for v in r.variants} for r in requests}
+    n_x, n_u = len(columns), len(requests)
+    penalty = 1 + 1000 * max(v.cost / v.per_replica_capacity for _, v in columns)
+    c = np.concatenate([np.array([v.cost for _, v in columns], dtype=float), np.full(n_u, penalty)])
+    rows: list[np.ndarray] = []
+    lower: list[float] = []
+    upper: list[float] = []
+    for r_index, request in enumerate(requests):
+        cover = np.zeros(n_x + n_u)
+        serve = np.zeros(n_x + n_u)
+        for j, (owner, v) in enumerate(columns):
+            if owner == r_index:
+                cover[j] = v.per_replica_capacity
+                serve[j] = 1
+        cover[n_x + r_index] = 1
+        rows.append(cover)
+        lower.append(request.demand)
+        upper.append(math.inf)
+        max_total = sum(v.max_replicas for owner, v in columns if owner == r_index)
+        if request.demand > 0 and max_total >= 1:
+            rows.append(serve)
+            lower.append(1)
+            upper.append(math.inf)
+    if gpus_free is not None:
+        for pool in sorted({v.accelerator for _, v in columns if v.accelerator in gpus_free}):
+            row = np.zeros(n_x + n_u)
+            held = 0
+            for j, (_, v) in enumerate(columns):
+                if v.accelerator == pool:
+                    row[j] = max(1, v.gpus_per_replica)
+                    held += v.current_replicas * max(1, v.gpus_per_replica)
+            rows.append(row)
+            lower.append(-math.inf)
+            upper.append(gpus_free[pool] + held)
+    lo = np.array([min(v.min_replicas, v.max_replicas) for _, v in columns] + [0] * n_u, dtype=float)
+    hi = np.array([v.max_replicas for _, v in columns] + [math.inf] * n_u, dtype=float)
+    integrality = np.concatenate([np.ones(n_x), np.zeros(n_u)])
+    result = milp(
+        c,
+        constraints=LinearConstraint(np.array(rows), np.array(lower), np.array(upper)),
+        integrality=integrality,
+        bounds=Bounds(lo, hi),
+        options={"time_limit": time_limit_s},
+    )
+    if result.x is None or result.status not in (0,):
+        return None
+    out = {r.key: {v.name: v.current_replicas for v in r.variants} for r in requests}
+    for j, (owner, v) in enumerate(columns):
+        out[requests[owner].key][v.name] = round(result.x[j])
+    return out
