@@ -98,6 +98,19 @@ class ModelAnalysis:
     model: ModelKey
     analyzer: AnalyzerName
     analysis: Mapping[str, Any] = field(default_factory=dict)
+    required_capacity: float | None = None
+    """The capacity signal's required capacity, in `unit` (None: no signal this cycle)."""
+    spare_capacity: float | None = None
+    unit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPoolUsage:
+    """One accelerator pool this cycle: what nodes offer, what VAs hold now, what the decisions ask for."""
+
+    allocatable_gpus: int
+    used_gpus: int
+    desired_gpus: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,4 +122,6 @@ class CycleResult:
     analyses: Mapping[ModelKey, ModelAnalysis]
     warnings: tuple[str, ...] = ()
     errors: Mapping[ModelKey, str] = field(default_factory=dict)
+    gpu_pools: Mapping[str, GpuPoolUsage] = field(default_factory=dict)
+    """Per normalised accelerator (nodes with GPUs, or VAs that name one)."""
     """Models whose decision raised (a bug): held at their previous allocation, the error in their reason."""

@@ -13,13 +13,13 @@ next `EngineState` goes out as a value. Results never depend on the order of var
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from adapter.config.engine import EngineConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal
-from adapter.domain.decision import AnalyzerName, CycleResult, ModelAnalysis, VariantDecision
+from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
 from adapter.engine.analyze import ModelPlan, measure_model
@@ -94,12 +94,22 @@ def decide(
         except Exception as exc:
             errors[model] = errors.get(model) or _describe(exc)
             outcome, finished = _failed(views, state, errors[model], now_s)
-        analyses[model] = ModelAnalysis(model, outcome.analyzer, outcome.analysis)
+        signal = plan.signal if plan is not None and model not in errors else None
+        analyses[model] = ModelAnalysis(
+            model,
+            outcome.analyzer,
+            outcome.analysis,
+            signal.required if signal else None,
+            signal.spare if signal else None,
+            str(signal.unit) if signal else "",
+        )
         for decision, alloc in finished:
             decisions[decision.key] = decision
             new_allocations[decision.key] = alloc
 
-    result = CycleResult(now_s, decisions, analyses, tuple(dict.fromkeys(warnings)), errors)
+    result = CycleResult(
+        now_s, decisions, analyses, tuple(dict.fromkeys(warnings)), errors, _pool_usage(snapshot, decisions)
+    )
     return result, EngineState(new_allocations, not_reporting, tokens)
 
 
@@ -134,14 +144,7 @@ def _allocate(
     signals: list[CapacitySignal], plans: dict[ModelKey, ModelPlan], snapshot: Snapshot, config: EngineConfig
 ) -> dict[ModelKey, ModelAllocation]:
     mode = config.configmaps.allocation()
-    uses = [
-        GpuUse(
-            normalize_accelerator(v.accelerator),
-            v.target.replicas if v.target else 0,
-            max(1, v.target.gpus_per_replica) if v.target else 1,
-        )
-        for v in snapshot.variants
-    ]
+    uses = _gpu_uses(snapshot)
     spare_kv = {m: p.v1_plan.analysis.avg_spare_kv for m, p in plans.items() if p.v1_plan is not None}
     return allocate(
         signals,
@@ -150,6 +153,32 @@ def _allocate(
         uses=uses,
         spare_kv=spare_kv,
     )
+
+
+def _gpu_uses(snapshot: Snapshot) -> list[GpuUse]:
+    return [
+        GpuUse(
+            normalize_accelerator(v.accelerator),
+            v.target.replicas if v.target else 0,
+            max(1, v.target.gpus_per_replica) if v.target else 1,
+        )
+        for v in snapshot.variants
+    ]
+
+
+def _pool_usage(snapshot: Snapshot, decisions: Mapping[VariantKey, VariantDecision]) -> dict[str, GpuPoolUsage]:
+    pools = gpu_pools(snapshot.nodes)
+    used: dict[str, int] = {}
+    desired: dict[str, int] = {}
+    for v in snapshot.variants:
+        accelerator = normalize_accelerator(v.accelerator)
+        if not accelerator:
+            continue
+        gpr = max(1, v.target.gpus_per_replica) if v.target else 1
+        used[accelerator] = used.get(accelerator, 0) + (v.target.replicas if v.target else 0) * gpr
+        d = decisions.get(v.key)
+        desired[accelerator] = desired.get(accelerator, 0) + (d.desired_replicas if d else 0) * gpr
+    return {a: GpuPoolUsage(pools.get(a, 0), used.get(a, 0), desired.get(a, 0)) for a in sorted(set(pools) | set(used))}
 
 
 def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, VariantStatus]:

@@ -31,6 +31,7 @@ from adapter.enforcer.scale_from_zero import is_idle, wake
 from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries
 from adapter.reconciler.ports import ClusterSource, CycleObserver, EppSource, Leadership, MetricsSource, StatusSink
 from adapter.store import DecisionStore
+from adapter.store.decisions import EMPTY_FIGURES, CycleFigures
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Reconciler:
         self.cycles = 0
         self.last_error: str | None = None
         self._invalid_seen: tuple[str, ...] = ()
+        self._errors_seen: dict[ModelKey, str] = {}
 
     @property
     def ready(self) -> bool:
@@ -108,6 +110,8 @@ class Reconciler:
                 self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
             return None
         self._store.publish(result.decisions, now_s=now_s)
+        self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
+        self._report_model_errors(result)
         await self._write_statuses(engine.statuses(result, snapshot), view)
         if self._observer is not None:
             self._observer.record_cycle(
@@ -116,6 +120,13 @@ class Reconciler:
         self._previous = dict(result.decisions)
         self.cycles += 1
         return result
+
+    def _report_model_errors(self, result: CycleResult) -> None:
+        """Log a model's internal error once per distinct message; the model is held, the others decided."""
+        for model, error in sorted(result.errors.items()):
+            if self._errors_seen.get(model) != error:
+                log.error("deciding %s failed; holding it at its previous allocation: %s", model, error)
+        self._errors_seen = dict(result.errors)
 
     def _report_invalid(self, view: ClusterView) -> None:
         """Log each invalid VA once (when the set changes): it is not decided until it is fixed."""
@@ -131,6 +142,7 @@ class Reconciler:
             return
         self._state = engine.EngineState()  # a future leader term starts from VA status, like any leader
         self._store.publish(decisions_from_status(view), now_s=self._clock())
+        self._store.publish_figures(EMPTY_FIGURES)
         self.cycles += 1
 
     async def _collect(self, view: ClusterView, configmaps: ConfigSet) -> Collection:

@@ -48,6 +48,7 @@ Clock = Callable[[], float]
 """Seconds since the Unix epoch; injected so tests control the decision age."""
 
 VARIANT_LABELS = ("variant_name", "namespace", "model_id", "accelerator_type")
+MODEL_LABELS = ("namespace", "model_id", "analyzer", "unit")
 INSTANCE_LABEL = "controller_instance"
 
 CYCLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -90,6 +91,36 @@ class _DecisionCollector:
                 "Seconds since the engine produced the served decision.",
                 labels=brief,
             ),
+            "required": GaugeMetricFamily(
+                "wva_model_required_capacity",
+                "Capacity the model's analyzer requires on top of what runs, in its unit (tokens, rps, replicas).",
+                labels=[*MODEL_LABELS, *extra],
+            ),
+            "spare": GaugeMetricFamily(
+                "wva_model_spare_capacity",
+                "Capacity the model's analyzer finds removable, in its unit.",
+                labels=[*MODEL_LABELS, *extra],
+            ),
+            "gpus_allocatable": GaugeMetricFamily(
+                "wva_gpus_allocatable",
+                "GPUs the cluster's nodes offer, per normalised accelerator type.",
+                labels=["accelerator_type", *extra],
+            ),
+            "gpus_used": GaugeMetricFamily(
+                "wva_gpus_used",
+                "GPUs the variants' current replicas hold, per accelerator type.",
+                labels=["accelerator_type", *extra],
+            ),
+            "gpus_desired": GaugeMetricFamily(
+                "wva_gpus_desired",
+                "GPUs the served decisions ask for, per accelerator type.",
+                labels=["accelerator_type", *extra],
+            ),
+            "model_errors": GaugeMetricFamily(
+                "wva_model_decision_failed",
+                "1 while the model's last decision raised an internal error (the model is held).",
+                labels=["namespace", "model_id", *extra],
+            ),
         }
 
     def describe(self) -> Iterable[Metric]:
@@ -109,6 +140,19 @@ class _DecisionCollector:
             families["ratio"].add_metric(variant, d.desired_ratio)
             families["optimized"].add_metric([*brief[:2], d.path.value, *extra], d.desired_replicas)
             families["age"].add_metric(brief, max(0.0, now_s - stored.decided_at_s))
+        figures = self._reader.figures
+        for model, analysis in sorted(figures.models.items()):
+            labels = [model.namespace, model.model_id, str(analysis.analyzer), analysis.unit, *extra]
+            if analysis.required_capacity is not None:
+                families["required"].add_metric(labels, analysis.required_capacity)
+            if analysis.spare_capacity is not None:
+                families["spare"].add_metric(labels, analysis.spare_capacity)
+        for accelerator, pool in sorted(figures.gpu_pools.items()):
+            families["gpus_allocatable"].add_metric([accelerator, *extra], pool.allocatable_gpus)
+            families["gpus_used"].add_metric([accelerator, *extra], pool.used_gpus)
+            families["gpus_desired"].add_metric([accelerator, *extra], pool.desired_gpus)
+        for model in sorted(figures.errors):
+            families["model_errors"].add_metric([model.namespace, model.model_id, *extra], 1)
         return list(families.values())
 
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from adapter.domain.decision import VariantDecision
-from adapter.domain.ids import VariantKey
+from adapter.domain.decision import GpuPoolUsage, ModelAnalysis, VariantDecision
+from adapter.domain.ids import ModelKey, VariantKey
 
 Listener = Callable[[frozenset[VariantKey]], None]
 
@@ -42,6 +42,18 @@ class StoredDecision:
         return self.decision.desired_replicas
 
 
+@dataclass(frozen=True, slots=True)
+class CycleFigures:
+    """The leader's last cycle, per model and per GPU pool, for /metrics (followers have none)."""
+
+    models: Mapping[ModelKey, ModelAnalysis]
+    gpu_pools: Mapping[str, GpuPoolUsage]
+    errors: Mapping[ModelKey, str]
+
+
+EMPTY_FIGURES = CycleFigures({}, {}, {})
+
+
 class DecisionReader(Protocol):
     """The read-only port the servers depend on."""
 
@@ -54,6 +66,9 @@ class DecisionReader(Protocol):
 
     def subscribe(self, listener: Listener) -> Callable[[], None]: ...
 
+    @property
+    def figures(self) -> CycleFigures: ...
+
 
 class DecisionStore:
     """Thread-safe latest-decision-per-VA map. Implements DecisionReader."""
@@ -63,10 +78,19 @@ class DecisionStore:
         self._entries: dict[VariantKey, StoredDecision] = {}
         self._version = 0
         self._listeners: builtins.list[Listener] = []
+        self._figures = EMPTY_FIGURES
 
     @property
     def version(self) -> int:
         return self._version
+
+    @property
+    def figures(self) -> CycleFigures:
+        return self._figures
+
+    def publish_figures(self, figures: CycleFigures) -> None:
+        """Replace the per-model and per-pool figures (one reference swap: readers see old or new, whole)."""
+        self._figures = figures
 
     def get(self, key: VariantKey) -> StoredDecision | None:
         return self._entries.get(key)

@@ -1,0 +1,56 @@
+"""/metrics for the leader's per-model capacity figures and per-pool GPU usage (issue 7), scraped over a
+real socket and parsed with prometheus_client's parser."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapter.domain.decision import AnalyzerName, GpuPoolUsage, ModelAnalysis
+from adapter.domain.ids import ModelKey
+from adapter.store.decisions import EMPTY_FIGURES, CycleFigures
+
+from .test_telemetry import TelemetryHarness, _harness, labels
+
+MODEL = ModelKey("llm", "meta/llama-3.1-8b")
+OTHER = ModelKey("team-b", "qwen")
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[TelemetryHarness]:
+    async for h in _harness():
+        yield h
+
+
+async def test_required_spare_and_gpu_pools_follow_the_figures(harness: TelemetryHarness) -> None:
+    harness.store.publish_figures(
+        CycleFigures(
+            models={
+                MODEL: ModelAnalysis(MODEL, AnalyzerName.SATURATION_TOKEN, {}, 1882.0, 0.0, "tokens"),
+                OTHER: ModelAnalysis(OTHER, AnalyzerName.NONE, {"reason": "no pod reports metrics"}),
+            },
+            gpu_pools={"A100": GpuPoolUsage(8, 6, 8), "L4": GpuPoolUsage(0, 2, 3)},
+            errors={OTHER: "RuntimeError: boom"},
+        )
+    )
+    scrape = await harness.scrape()
+    model = labels(namespace="llm", model_id="meta/llama-3.1-8b", analyzer="saturation-token-based", unit="tokens")
+    assert scrape["wva_model_required_capacity"] == {model: 1882.0}
+    assert scrape["wva_model_spare_capacity"] == {model: 0.0}
+    # A model without a signal this cycle exports no capacity series (absence, not a fake zero).
+    assert scrape["wva_gpus_allocatable"] == {labels(accelerator_type="A100"): 8.0, labels(accelerator_type="L4"): 0.0}
+    assert scrape["wva_gpus_used"] == {labels(accelerator_type="A100"): 6.0, labels(accelerator_type="L4"): 2.0}
+    assert scrape["wva_gpus_desired"] == {labels(accelerator_type="A100"): 8.0, labels(accelerator_type="L4"): 3.0}
+    assert scrape["wva_model_decision_failed"] == {labels(namespace="team-b", model_id="qwen"): 1.0}
+
+
+async def test_figures_disappear_when_replaced(harness: TelemetryHarness) -> None:
+    harness.store.publish_figures(
+        CycleFigures({MODEL: ModelAnalysis(MODEL, AnalyzerName.SATURATION_TOKEN, {}, 5.0, 1.0, "tokens")}, {}, {})
+    )
+    assert "wva_model_required_capacity" in await harness.scrape()
+    harness.store.publish_figures(EMPTY_FIGURES)  # a follower, or the model's VAs were deleted
+    scrape = await harness.scrape()
+    assert "wva_model_required_capacity" not in scrape
+    assert "wva_gpus_used" not in scrape
