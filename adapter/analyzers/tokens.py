@@ -39,6 +39,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from adapter.config.configmaps import SaturationConfig
 from adapter.domain.accelerators import normalize_accelerator
@@ -46,6 +47,9 @@ from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, Role
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import ModelTraffic, PodMetrics, VariantView, VllmArgs
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 ROLLING_WINDOW = 10
 """k2 observations kept per history key (upstream RollingAverageWindowSize)."""
@@ -94,10 +98,16 @@ class TokenMemory:
     k2_history: Mapping[str, K2History] = field(default_factory=dict)
     capacity: Mapping[VariantKey, CapacityRecord] = field(default_factory=dict)
 
-    def evict(self, now_s: float) -> TokenMemory:
+    def updated(self, updates: Sequence[TokenMemory], now_s: float) -> TokenMemory:
+        """This memory with every model's updates applied, then entries past their eviction age dropped."""
+        history = dict(self.k2_history)
+        capacity = dict(self.capacity)
+        for update in updates:
+            history.update(update.k2_history)
+            capacity.update(update.capacity)
         return TokenMemory(
-            {k: h for k, h in self.k2_history.items() if now_s - h.updated_s < HISTORY_EVICTION_S},
-            {k: r for k, r in self.capacity.items() if now_s - r.measured_s < CAPACITY_EVICTION_S},
+            {k: h for k, h in history.items() if now_s - h.updated_s < HISTORY_EVICTION_S},
+            {k: r for k, r in capacity.items() if now_s - r.measured_s < CAPACITY_EVICTION_S},
         )
 
 
@@ -201,15 +211,16 @@ def analyze(
     memory: TokenMemory,
     now_s: float,
 ) -> tuple[CapacitySignal | NoSignal, TokenMemory]:
-    """The model's token capacity signal, and V2's updated memory."""
+    """The model's token capacity signal, and this model's update to V2's memory (`TokenMemory.updated`
+    merges every model's update once per cycle)."""
     all_pods = [p for v in views for p in pods_by_variant.get(v.key.name, ())]
     averages = _Averages(
         _mean([p.avg_input_tokens for p in all_pods]),
         _mean([p.avg_output_tokens for p in all_pods]),
         _mean([p.prefix_cache_hit_rate for p in all_pods]),
     )
-    history = dict(memory.k2_history)
-    capacity = dict(memory.capacity)
+    history = _Overlay(memory.k2_history)
+    capacity = _Overlay(memory.capacity)
     notes: list[str] = []
     results = [
         _measure_variant(
@@ -226,11 +237,26 @@ def analyze(
         )
         for view in views
     ]
-    new_memory = TokenMemory(history, capacity).evict(now_s)
+    new_memory = TokenMemory(history.written, capacity.written)
     if not any(r.supply.per_replica_capacity > 0 for r in results):
         reason = "no variant's per-replica token capacity is known; " + ("; ".join(notes) or "no KV-cache data")
         return NoSignal(model, AnalyzerName.SATURATION_TOKEN, reason), new_memory
     return _signal(model, results, cfg, _queue_demand(traffic, averages), notes), new_memory
+
+
+class _Overlay(Generic[K, V]):
+    """Reads fall through to the previous cycle's memory; writes are collected as this model's update, so a
+    cycle costs O(its own entries), not O(all models' memory) per model."""
+
+    def __init__(self, base: Mapping[K, V]) -> None:
+        self._base = base
+        self.written: dict[K, V] = {}
+
+    def get(self, key: K) -> V | None:
+        return self.written.get(key, self._base.get(key))
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.written[key] = value
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +276,8 @@ def _measure_variant(
     cfg: SaturationConfig,
     role: Role,
     averages: _Averages,
-    history: dict[str, K2History],
-    capacity: dict[VariantKey, CapacityRecord],
+    history: _Overlay[str, K2History],
+    capacity: _Overlay[VariantKey, CapacityRecord],
     notes: list[str],
     now_s: float,
 ) -> _VariantResult:

@@ -104,10 +104,11 @@ def measure_model(
     snapshot: Snapshot,
     pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
     state: EngineState,
-    tokens: v2.TokenMemory,
     config: EngineConfig,
     now_s: float,
 ) -> tuple[ModelPlan, v2.TokenMemory]:
+    """The model's plan, and its update to the token-based analyzer's memory (empty for other analyzers)."""
+    tokens = v2.TokenMemory()
     sat_cfg, sat_warn = config.configmaps.saturation(model)
     s2z_cfg, s2z_warn = config.configmaps.scale_to_zero(model)
     analyzer, selection_warnings = choose_analyzer(config, model, sat_cfg)
@@ -131,16 +132,15 @@ def measure_model(
         return _replace(base, metrics_reason=reason, analysis={"reason": why}, notes=tuple(notes)), tokens
 
     if analyzer is AnalyzerName.SATURATION_TOKEN:
-        by_name = {k.name: v for k, v in pods_by_variant.items() if k.namespace == model.namespace}
         roles = {v.key.name: Role(v.target.role) if v.target and v.target.role else Role.BOTH for v in views}
         outcome, tokens = v2.analyze(
             model,
             views,
-            {v.key.name: [p for p in by_name.get(v.key.name, []) if p in pods] for v in views},
+            {v.key.name: [p for p in pods_by_variant.get(v.key, []) if _usable(p)] for v in views},
             cfg=sat_cfg,
             traffic=snapshot.models.get(model),
             roles=roles,
-            memory=tokens,
+            memory=state.tokens,
             now_s=now_s,
         )
         if isinstance(outcome, NoSignal):

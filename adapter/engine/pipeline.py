@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from adapter.analyzers.tokens import TokenMemory
 from adapter.config.engine import EngineConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal
@@ -46,19 +47,19 @@ def decide(
 
     # 1. measure: one plan per model
     plans: dict[ModelKey, ModelPlan] = {}
-    tokens = state.tokens
+    token_updates: list[TokenMemory] = []
     for model, views in sorted(models.items()):
         try:
-            plans[model], tokens = measure_model(
+            plans[model], update = measure_model(
                 model,
                 views,
                 snapshot=snapshot,
                 pods_by_variant=pods_by_variant,
                 state=state,
-                tokens=tokens,
                 config=config,
                 now_s=now_s,
             )
+            token_updates.append(update)
         except Exception as exc:  # a bug for one model must not stop the others (issue 10)
             errors[model] = _describe(exc)
 
@@ -110,7 +111,7 @@ def decide(
     result = CycleResult(
         now_s, decisions, analyses, tuple(dict.fromkeys(warnings)), errors, _pool_usage(snapshot, decisions)
     )
-    return result, EngineState(new_allocations, not_reporting, tokens)
+    return result, EngineState(new_allocations, not_reporting, state.tokens.updated(token_updates, now_s))
 
 
 class _Failed(Exception):

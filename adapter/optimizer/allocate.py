@@ -158,8 +158,11 @@ def _allocate_capacity(
             for s in signals:
                 notes[s.model].append(f"exact optimizer found no solution; used {mode}")
         else:
-            for key, solved_targets in solved.items():
-                targets[key] = solved_targets
+            for key, solved_targets in solved.targets.items():
+                targets[key] = dict(solved_targets)
+            if not solved.proven_optimal:
+                for s in signals:
+                    notes[s.model].append("exact optimizer: time budget reached; best allocation found so far used")
             for g in groups:
                 if g.required > 0:
                     supplied = sum(targets[g.key][v.name] * max(0.0, v.per_replica_capacity) for v in g.variants)

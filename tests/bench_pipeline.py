@@ -1,0 +1,239 @@
+"""Allocation and decision-cycle benchmark (issue 7): greedy vs exact (MILP) allocation on generated fleets,
+and `engine.decide` at 1,000 VAs with V1, V2, and V2 with the GPU limiter (and exact mode).
+
+Prints figures measured in this run (medians; the machine is shared and noisy); asserts nothing about time.
+Each decide configuration runs in its own child process so its peak RSS is its own.
+
+    python -m tests.bench_pipeline [--fleets 100] [--vas 1000] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from adapter import engine
+from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, SATURATION_CM, ConfigSet
+from adapter.config.engine import EngineConfig
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply
+from adapter.domain.decision import AnalyzerName
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import (
+    NodeGpus,
+    PodMetrics,
+    ScaleTarget,
+    Snapshot,
+    VariantSpec,
+    VariantView,
+)
+from adapter.optimizer.allocate import AllocationPolicy, allocate
+from adapter.optimizer.limiter import GpuUse
+
+ACCELERATORS = ("A100", "H100", "L4")
+
+
+# ---- greedy vs MILP ----------------------------------------------------------------------------------------
+
+
+def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], dict[str, int], list[GpuUse]]:
+    """2–8 models of 1–4 variants on three pools; each model requires 0.5–4 replicas' worth of capacity."""
+    signals: list[CapacitySignal] = []
+    uses: list[GpuUse] = []
+    for m in range(rng.randint(2, 8)):
+        variants = []
+        for v in range(rng.randint(1, 4)):
+            accelerator = rng.choice(ACCELERATORS)
+            current = rng.randint(0, 3)
+            gpr = rng.choice((1, 1, 2, 4))
+            variants.append(
+                VariantSupply(
+                    name=f"v{v}",
+                    cost=round(rng.uniform(1, 40), 2),
+                    per_replica_capacity=float(rng.randint(1, 20) * 1000),
+                    current_replicas=current,
+                    min_replicas=0,
+                    max_replicas=current + rng.randint(1, 8),
+                    gpus_per_replica=gpr,
+                    accelerator=accelerator,
+                )
+            )
+            uses.append(GpuUse(accelerator, current, gpr))
+        mean_capacity = statistics.mean(v.per_replica_capacity for v in variants)
+        signals.append(
+            CapacitySignal(
+                model=ModelKey("bench", f"model-{m}"),
+                analyzer=AnalyzerName.SATURATION_TOKEN,
+                unit=CapacityUnit.TOKENS,
+                required=rng.uniform(0.5, 4) * mean_capacity,
+                spare=0.0,
+                variants=tuple(variants),
+            )
+        )
+    used = {a: sum(u.current_replicas * u.gpus_per_replica for u in uses if u.accelerator == a) for a in ACCELERATORS}
+    pools = {a: used[a] + rng.randint(0, 16) for a in ACCELERATORS}
+    return signals, pools, uses
+
+
+def _cost(signals: list[CapacitySignal], targets: dict[ModelKey, Any]) -> float:
+    return sum(v.cost * targets[s.model].targets[v.name] for s in signals for v in s.variants)
+
+
+def _unmet(targets: dict[ModelKey, Any]) -> float:
+    return sum(a.unmet for a in targets.values())
+
+
+def bench_allocation(n_fleets: int) -> dict[str, Any]:
+    rng = random.Random(20261124)
+    rows = []
+    for _ in range(n_fleets):
+        signals, pools, uses = generated_fleet(rng)
+        t0 = time.perf_counter()
+        greedy = allocate(signals, policy=AllocationPolicy(limiter=True), pools=pools, uses=uses)
+        t1 = time.perf_counter()
+        exact = allocate(signals, policy=AllocationPolicy(limiter=True, exact=True), pools=pools, uses=uses)
+        t2 = time.perf_counter()
+        rows.append(
+            {
+                "greedy_ms": (t1 - t0) * 1e3,
+                "exact_ms": (t2 - t1) * 1e3,
+                "greedy_cost": _cost(signals, greedy),
+                "exact_cost": _cost(signals, exact),
+                "greedy_unmet": _unmet(greedy),
+                "exact_unmet": _unmet(exact),
+                "variants": sum(len(s.variants) for s in signals),
+            }
+        )
+    both_met = [r for r in rows if r["greedy_unmet"] == 0 and r["exact_unmet"] == 0]
+    ratios = [r["exact_cost"] / r["greedy_cost"] for r in both_met if r["greedy_cost"] > 0]
+    return {
+        "fleets": n_fleets,
+        "median_variants_per_fleet": statistics.median(r["variants"] for r in rows),
+        "greedy_ms_median": round(statistics.median(r["greedy_ms"] for r in rows), 3),
+        "exact_ms_median": round(statistics.median(r["exact_ms"] for r in rows), 3),
+        "exact_ms_max": round(max(r["exact_ms"] for r in rows), 3),
+        "fleets_both_meet_demand": len(both_met),
+        "exact_over_greedy_cost_median": round(statistics.median(ratios), 4) if ratios else None,
+        "exact_over_greedy_cost_min": round(min(ratios), 4) if ratios else None,
+        "fleets_exact_strictly_cheaper": sum(1 for x in ratios if x < 1 - 1e-9),
+        "fleets_exact_costlier": sum(1 for x in ratios if x > 1 + 1e-9),
+        "fleets_exact_meets_more_demand": sum(1 for r in rows if r["exact_unmet"] < r["greedy_unmet"] - 1e-6),
+        "fleets_greedy_meets_more_demand": sum(1 for r in rows if r["greedy_unmet"] < r["exact_unmet"] - 1e-6),
+    }
+
+
+# ---- one decide cycle at scale ------------------------------------------------------------------------------
+
+
+def _saturation_default(mode: str) -> str:
+    lines = ["kvCacheThreshold: 0.80", "queueLengthThreshold: 5", "kvSpareTrigger: 0.1", "queueSpareTrigger: 3"]
+    if mode != "v1":
+        lines.append("analyzerName: saturation")
+    if mode in ("v2-limiter", "v2-exact"):
+        lines.append("enableLimiter: true")
+    if mode == "v2-exact":
+        lines.append("optimizer: exact")
+    return "\n".join(lines) + "\n"
+
+
+def scale_snapshot(n_vas: int, *, seed: int = 7) -> Snapshot:
+    """n VAs as n/2 models of two variants (A100 and L4), 1–4 pods each, with token-level metrics."""
+    rng = random.Random(seed)
+    views, pods = [], []
+    for i in range(n_vas):
+        ns = f"ns-{i % 20}"
+        model = f"model-{i // 2}"
+        name = f"va-{i}"
+        accelerator = ACCELERATORS[i % 2]
+        replicas = rng.randint(1, 4)
+        spec = VariantSpec(
+            key=VariantKey(ns, name),
+            model_id=model,
+            target_kind="Deployment",
+            target_name=name,
+            min_replicas=1,
+            max_replicas=10,
+            cost=5.0 if accelerator == "L4" else 15.0,
+            accelerator=accelerator,
+        )
+        target = ScaleTarget("Deployment", ns, name, replicas, replicas, replicas, gpus_per_replica=1)
+        views.append(VariantView(spec=spec, target=target))
+        for p in range(replicas):
+            kv = rng.uniform(0.1, 0.95)
+            pods.append(
+                PodMetrics(
+                    namespace=ns,
+                    pod=f"{name}-{p}",
+                    variant=name,
+                    kv_cache_usage=kv,
+                    queue_length=float(rng.randint(0, 8)),
+                    num_gpu_blocks=2000 if accelerator == "L4" else 8000,
+                    block_size=16,
+                    tokens_in_use=kv * (2000 if accelerator == "L4" else 8000) * 16,
+                    avg_input_tokens=rng.uniform(200, 2000),
+                    avg_output_tokens=rng.uniform(50, 800),
+                )
+            )
+    nodes = tuple(NodeGpus(f"node-{a}-{k}", a, 8) for a in ACCELERATORS[:2] for k in range(n_vas // 8))
+    return Snapshot(taken_at_s=1_767_225_600.0, variants=tuple(views), pods=tuple(pods), nodes=nodes)
+
+
+def child_decide(mode: str, n_vas: int, runs: int) -> dict[str, Any]:
+    snapshot = scale_snapshot(n_vas)
+    raw = [(DEFAULT_CONTROLLER_NAMESPACE, SATURATION_CM, {"default": _saturation_default(mode)})]
+    config = EngineConfig(configmaps=ConfigSet.from_raw(raw))
+    state = engine.EngineState()
+    times = []
+    for r in range(runs):
+        t0 = time.perf_counter()
+        _, state = engine.decide(snapshot, state, config, snapshot.taken_at_s + 30 * r)
+        times.append(time.perf_counter() - t0)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"mode": mode, "vas": n_vas, "decide_ms_median": round(statistics.median(times) * 1e3, 1), "peak_rss_mb": round(rss_mb, 1)}
+
+
+def bench_decide(n_vas: int, runs: int) -> list[dict[str, Any]]:
+    rows = []
+    for mode in ("v1", "v2", "v2-limiter", "v2-exact"):
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.bench_pipeline", "--child", mode, "--vas", str(n_vas), "--runs", str(runs)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        rows.append(json.loads(out.stdout))
+    base = rows[0]["decide_ms_median"]
+    for row in rows:
+        row["time_vs_v1"] = round(row["decide_ms_median"] / base, 2) if base else None
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench_pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", type=int, default=100)
+    parser.add_argument("--vas", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child_decide(args.child, args.vas, args.runs)))
+        return 0
+    print(json.dumps({"greedy_vs_exact": bench_allocation(args.fleets)}, indent=2), flush=True)
+    rows = bench_decide(args.vas, args.runs)
+    print(json.dumps({"decide_cycle": rows}, indent=2))
+    print()
+    print("| mode | VAs | decide median (ms) | vs V1 | peak RSS (MB) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['vas']} | {r['decide_ms_median']} | {r['time_vs_v1']} | {r['peak_rss_mb']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
