@@ -13,7 +13,7 @@ BENCHMARKS = (
     ("External Metrics API vs bare aiohttp (front-proxy authentication)", "tests.servers.em_bench", ["--auth"]),
     ("KEDA GetMetrics vs bare gRPC servicer", "tests.servers.keda_bench", []),
     ("One cycle at 100 / 1,000 / 10,000 VAs: collect -> decide -> publish", "tests.bench_collect", []),
-    ("Allocation greedy vs exact on 100 fleets; decide at 1,000 VAs (V1, V2, limiter, exact)", "tests.bench_pipeline", []),
+    ("Allocation greedy vs exact; decide at 1,000 VAs (V1, V2, limiter, exact)", "tests.bench_pipeline", []),
 )
 
 

@@ -195,7 +195,12 @@ def child_decide(mode: str, n_vas: int, runs: int) -> dict[str, Any]:
         _, state = engine.decide(snapshot, state, config, snapshot.taken_at_s + 30 * r)
         times.append(time.perf_counter() - t0)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"mode": mode, "vas": n_vas, "decide_ms_median": round(statistics.median(times) * 1e3, 1), "peak_rss_mb": round(rss_mb, 1)}
+    return {
+        "mode": mode,
+        "vas": n_vas,
+        "decide_ms_median": round(statistics.median(times) * 1e3, 1),
+        "peak_rss_mb": round(rss_mb, 1),
+    }
 
 
 def bench_decide(n_vas: int, runs: int) -> list[dict[str, Any]]:

@@ -30,7 +30,6 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from adapter.domain.capacity import VariantSupply
 
-
 MIP_REL_GAP = 1e-3
 """Stop when the incumbent is provably within 0.1 % of the optimum: cost figures are not more precise."""
 
