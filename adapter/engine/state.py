@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from adapter.analyzers.saturation import NotReportingSince
-from adapter.analyzers.tokens import TokenMemory
+from adapter.analyzers.tokens import CapacityRecord, K2History, TokenMemory
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import DesiredAlloc
 
@@ -21,3 +23,132 @@ class EngineState:
     """Percentage-based analyzer: since when a variant's pods have not all reported."""
     tokens: TokenMemory = field(default_factory=TokenMemory)
     """Token-based analyzer: k2 history and per-variant capacity (sizes variants at zero replicas)."""
+
+
+# ---- JSON form (flight recorder fixtures; replay) ----------------------------------------------------------
+#
+# {"allocations":   {"ns/va": {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator"}},
+#  "not_reporting": {"ns/va": {"current", "reporting", "since_s"}},
+#  "tokens": {"k2_history": {"<model>|<accelerator>|<bucket>": {"samples_tokens": [..], "updated_s"}},
+#             "capacity":   {"ns/va": {"per_replica_tokens", "total_kv_tokens", "measured_s"}}}}
+# Floats are written with Python's shortest round-trip repr, so a state read back is equal to the one written.
+
+
+class StateFormatError(ValueError):
+    """An engine-state document that does not have the shape above; `path` is its JSON path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+def state_to_json(state: EngineState) -> dict[str, Any]:
+    return {
+        "allocations": {
+            str(k): {
+                "num_replicas": a.num_replicas,
+                "reason": a.reason,
+                "last_run_time_s": a.last_run_time_s,
+                "last_update_s": a.last_update_s,
+                "accelerator": a.accelerator,
+            }
+            for k, a in sorted(state.allocations.items())
+        },
+        "not_reporting": {
+            str(k): {"current": n.current, "reporting": n.reporting, "since_s": n.since_s}
+            for k, n in sorted(state.not_reporting.items())
+        },
+        "tokens": {
+            "k2_history": {
+                k: {"samples_tokens": list(h.samples_tokens), "updated_s": h.updated_s}
+                for k, h in sorted(state.tokens.k2_history.items())
+            },
+            "capacity": {
+                str(k): {
+                    "per_replica_tokens": r.per_replica_tokens,
+                    "total_kv_tokens": r.total_kv_tokens,
+                    "measured_s": r.measured_s,
+                }
+                for k, r in sorted(state.tokens.capacity.items())
+            },
+        },
+    }
+
+
+def state_from_json(doc: Any, path: str = "$") -> EngineState:
+    """Parse `state_to_json`'s form; any deviation raises StateFormatError naming the JSON path."""
+    top = _obj(doc, path, {"allocations", "not_reporting", "tokens"})
+    allocations = {
+        _key(k, f"{path}.allocations"): DesiredAlloc(
+            num_replicas=_int(v, "num_replicas", p),
+            reason=_str(v, "reason", p),
+            last_run_time_s=_num(v, "last_run_time_s", p),
+            last_update_s=None if v.get("last_update_s") is None else _num(v, "last_update_s", p),
+            accelerator=_str(v, "accelerator", p),
+        )
+        for k, raw in _obj(top.get("allocations", {}), f"{path}.allocations").items()
+        for p in [f"{path}.allocations[{k!r}]"]
+        for v in [_obj(raw, p, {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator"})]
+    }
+    not_reporting = {
+        _key(k, f"{path}.not_reporting"): NotReportingSince(
+            _int(v, "current", p), _int(v, "reporting", p), _num(v, "since_s", p)
+        )
+        for k, raw in _obj(top.get("not_reporting", {}), f"{path}.not_reporting").items()
+        for p in [f"{path}.not_reporting[{k!r}]"]
+        for v in [_obj(raw, p, {"current", "reporting", "since_s"})]
+    }
+    tokens_doc = _obj(top.get("tokens", {}), f"{path}.tokens", {"k2_history", "capacity"})
+    history = {}
+    for k, raw in _obj(tokens_doc.get("k2_history", {}), f"{path}.tokens.k2_history").items():
+        p = f"{path}.tokens.k2_history[{k!r}]"
+        v = _obj(raw, p, {"samples_tokens", "updated_s"})
+        samples = v.get("samples_tokens")
+        if not isinstance(samples, list) or not all(type(x) is int and x >= 0 for x in samples):
+            raise StateFormatError(f"{p}.samples_tokens", "must be a list of non-negative integers")
+        history[k] = K2History(tuple(samples), _num(v, "updated_s", p))
+    capacity = {
+        _key(k, f"{path}.tokens.capacity"): CapacityRecord(
+            _int(v, "per_replica_tokens", p), _int(v, "total_kv_tokens", p), _num(v, "measured_s", p)
+        )
+        for k, raw in _obj(tokens_doc.get("capacity", {}), f"{path}.tokens.capacity").items()
+        for p in [f"{path}.tokens.capacity[{k!r}]"]
+        for v in [_obj(raw, p, {"per_replica_tokens", "total_kv_tokens", "measured_s"})]
+    }
+    return EngineState(allocations, not_reporting, TokenMemory(history, capacity))
+
+
+def _obj(value: Any, path: str, allowed: set[str] | None = None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise StateFormatError(path, f"must be an object, got {type(value).__name__}")
+    if allowed is not None and (unknown := sorted(set(value) - allowed)):
+        raise StateFormatError(path, f"unknown field {unknown[0][:40]!r}")
+    return value
+
+
+def _key(text: str, path: str) -> VariantKey:
+    try:
+        return VariantKey.parse(text)
+    except ValueError as exc:
+        raise StateFormatError(path, str(exc)[:120]) from None
+
+
+def _int(obj: dict[str, Any], name: str, path: str) -> int:
+    value = obj.get(name)
+    if type(value) is not int or value < 0:
+        raise StateFormatError(f"{path}.{name}", "must be a non-negative integer")
+    return value
+
+
+def _num(obj: dict[str, Any], name: str, path: str) -> float:
+    value = obj.get(name)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise StateFormatError(f"{path}.{name}", "must be a finite number")
+    return float(value)
+
+
+def _str(obj: dict[str, Any], name: str, path: str) -> str:
+    value = obj.get(name, "")
+    if not isinstance(value, str):
+        raise StateFormatError(f"{path}.{name}", "must be a string")
+    return value

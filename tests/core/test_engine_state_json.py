@@ -1,0 +1,96 @@
+"""EngineState's JSON form (what the flight recorder writes and replay reads): exact round trip, strict parse."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.analyzers.saturation import NotReportingSince
+from adapter.analyzers.tokens import CapacityRecord, K2History, TokenMemory
+from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import DesiredAlloc
+from adapter.engine.state import EngineState, StateFormatError, state_from_json, state_to_json
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
+keys = st.builds(VariantKey, names, names)
+times = st.floats(min_value=0, max_value=4e9, allow_nan=False)
+allocs = st.builds(
+    DesiredAlloc,
+    num_replicas=st.integers(0, 1000),
+    reason=st.text(max_size=60),
+    last_run_time_s=times,
+    last_update_s=st.none() | times,
+    accelerator=st.sampled_from(["", "A100", "L4"]),
+)
+states = st.builds(
+    EngineState,
+    allocations=st.dictionaries(keys, allocs, max_size=5),
+    not_reporting=st.dictionaries(
+        keys, st.builds(NotReportingSince, st.integers(0, 50), st.integers(0, 50), times), max_size=3
+    ),
+    tokens=st.builds(
+        TokenMemory,
+        k2_history=st.dictionaries(
+            names, st.builds(K2History, st.lists(st.integers(0, 10**7), max_size=10).map(tuple), times), max_size=3
+        ),
+        capacity=st.dictionaries(
+            keys, st.builds(CapacityRecord, st.integers(0, 10**7), st.integers(0, 10**7), times), max_size=3
+        ),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(states)
+def test_round_trip_through_json_text_is_exact(state: EngineState) -> None:
+    text = json.dumps(state_to_json(state))
+    assert state_from_json(json.loads(text)) == state
+
+
+BASE: dict[str, Any] = {
+    "allocations": {
+        "llm/a": {"num_replicas": 2, "reason": "r", "last_run_time_s": 1.5, "last_update_s": None, "accelerator": ""}
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("doc", "path"),
+    [
+        pytest.param([], "$", id="not-an-object"),
+        pytest.param({"extra": {}}, "$", id="unknown-top-field"),
+        pytest.param({"allocations": {"no-slash": BASE["allocations"]["llm/a"]}}, "$.allocations", id="bad-key"),
+        pytest.param(
+            {"allocations": {"llm/a": {**BASE["allocations"]["llm/a"], "num_replicas": -1}}},
+            "$.allocations['llm/a'].num_replicas",
+            id="negative-replicas",
+        ),
+        pytest.param(
+            {"allocations": {"llm/a": {**BASE["allocations"]["llm/a"], "last_run_time_s": float("nan")}}},
+            "$.allocations['llm/a'].last_run_time_s",
+            id="nan-time",
+        ),
+        pytest.param(
+            {"allocations": {"llm/a": {**BASE["allocations"]["llm/a"], "num_replicas": True}}},
+            "$.allocations['llm/a'].num_replicas",
+            id="bool-is-not-int",
+        ),
+        pytest.param(
+            {"tokens": {"k2_history": {"m|A100|short": {"samples_tokens": [1, -2], "updated_s": 0}}}},
+            "$.tokens.k2_history['m|A100|short'].samples_tokens",
+            id="negative-sample",
+        ),
+    ],
+)
+def test_invalid_documents_name_their_path(doc: Any, path: str) -> None:
+    with pytest.raises(StateFormatError) as err:
+        state_from_json(doc)
+    assert err.value.path == path
+
+
+def test_empty_document_is_the_empty_state() -> None:
+    assert state_from_json({}) == EngineState()
