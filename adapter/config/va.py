@@ -28,6 +28,7 @@ from adapter.domain.snapshot import (
     Condition,
     ConditionType,
     DesiredAlloc,
+    Recommendation,
     VariantSpec,
     VariantStatus,
 )
@@ -171,4 +172,15 @@ def status_from_dict(raw: Mapping[str, Any]) -> VariantStatus:
             )
         )
     applied = (raw.get("actuation") or {}).get("applied")
-    return VariantStatus(desired=desired, applied=applied, conditions=tuple(conditions))
+    rec = raw.get("recommendation")
+    recommendation = None
+    if isinstance(rec, Mapping) and all(type(rec.get(k)) is int for k in ("lowerBound", "target", "upperBound")):
+        recommendation = Recommendation(int(rec["lowerBound"]), int(rec["target"]), int(rec["upperBound"]))
+    learned = raw.get("learned")
+    return VariantStatus(
+        desired=desired,
+        applied=applied,
+        conditions=tuple(conditions),
+        recommendation=recommendation,
+        learned=dict(learned) if isinstance(learned, Mapping) else {},
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 from operator import attrgetter
 
 from adapter.domain.ids import ModelKey, VariantKey
@@ -47,12 +48,26 @@ class DesiredAlloc:
 
 
 @dataclass(frozen=True, slots=True)
+class Recommendation:
+    """`status.recommendation`: the decaying-histogram recommender's replica bounds for the variant."""
+
+    lower_bound: int
+    target: int
+    upper_bound: int
+
+
+@dataclass(frozen=True, slots=True)
 class VariantStatus:
     """The VA status as read from the API server (or carried over by replay)."""
 
     desired: DesiredAlloc | None = None
     applied: bool | None = None
     conditions: tuple[Condition, ...] = ()
+    recommendation: Recommendation | None = None
+    learned: Mapping[str, Any] = field(default_factory=dict)
+    """`status.learned`: what the leader learned about this variant and a new leader must not lose (the
+    queueing model's filter state, the recommender's checkpoint), one JSON section per owner. Each owner
+    parses its own section strictly and starts afresh (with a note) when it is malformed."""
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)

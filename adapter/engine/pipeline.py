@@ -188,10 +188,13 @@ def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, Varian
     out: dict[VariantKey, VariantStatus] = {}
     for key, decision in result.decisions.items():
         prev = previous.get(key, VariantStatus())
+        learned = {**prev.learned, **result.learned.get(key, {})}
         out[key] = VariantStatus(
             desired=alloc_for(decision, prev.desired, result.now_s),
             applied=decision.current_replicas == decision.desired_replicas,
             conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s),
+            recommendation=result.recommendations.get(key, prev.recommendation),
+            learned=learned,
         )
     return out
 

@@ -120,6 +120,11 @@ def status_to_dict(status: VariantStatus, *, previous: Mapping[str, Any] | None 
                 }
             )
         out["conditions"] = conditions
+    if status.recommendation is not None:
+        rec = status.recommendation
+        out["recommendation"] = {"lowerBound": rec.lower_bound, "target": rec.target, "upperBound": rec.upper_bound}
+    if status.learned:
+        out["learned"] = dict(status.learned)
     return out
 
 

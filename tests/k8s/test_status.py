@@ -11,7 +11,7 @@ import yaml
 from adapter.config.va import status_from_dict
 from adapter.domain.errors import KubeConflict, KubeNotFound
 from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, VariantStatus
+from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, Recommendation, VariantStatus
 from adapter.k8s import resources as r
 from adapter.k8s.client import KubeClient
 from adapter.k8s.inventory import Inventory, InventoryOptions
@@ -45,6 +45,11 @@ STATUSES = {
     "false-condition": VariantStatus(
         conditions=(Condition(ConditionType.METRICS_AVAILABLE, False, "MetricsMissing", "no pods", T0),)
     ),
+    "recommendation-and-learned": VariantStatus(
+        desired=ALLOC,
+        recommendation=Recommendation(1, 2, 4),
+        learned={"queueingModel": {"alpha_ms": 20.5, "covariance": [[1.0, 0.0], [0.0, 2.5]]}},
+    ),
 }
 
 
@@ -61,6 +66,8 @@ def test_rendered_status_satisfies_the_crd_schema(status: VariantStatus) -> None
     weird = VariantStatus(
         desired=status.desired,
         applied=status.applied,
+        recommendation=status.recommendation,
+        learned=status.learned,
         conditions=(*status.conditions, Condition(ConditionType.OPTIMIZATION_READY, True, "engine ran: ok (v2)", "")),
     )
     assert schema_errors(status_to_dict(weird, now_s=T0), schema) == []

@@ -326,7 +326,9 @@ def test_crd_spec_and_status_shape() -> None:
         }
     ]
     status = schema["properties"]["status"]["properties"]
-    assert set(status) == {"desiredOptimizedAlloc", "actuation", "conditions"}
+    assert set(status) == {"desiredOptimizedAlloc", "actuation", "conditions", "recommendation", "learned"}
+    assert set(status["recommendation"]["properties"]) == {"lowerBound", "target", "upperBound"}
+    assert status["learned"]["x-kubernetes-preserve-unknown-fields"] is True
     assert set(status["desiredOptimizedAlloc"]["properties"]) == {
         "numReplicas",
         "lastRunTime",
