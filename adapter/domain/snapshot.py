@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 from operator import attrgetter
+from typing import Any
 
 from adapter.domain.ids import ModelKey, VariantKey
 
