@@ -78,6 +78,8 @@ class VariantDecision:
     conditions: tuple[Condition, ...] = ()
     notes: tuple[str, ...] = ()
     """Extra, human-readable facts (e.g. "transition to 11 not applied after 5m0s; re-deciding")."""
+    recommendation: Recommendation | None = None
+    """The recommender's bounds for this variant (served as `wva_recommended_replicas`), once it has one."""
 
     @property
     def action(self) -> Action:

@@ -53,6 +53,7 @@ def decisions_from_status(view: ClusterView) -> dict[VariantKey, VariantDecision
             cost=v.spec.cost,
             metrics_available=metrics.status if metrics else False,
             conditions=v.status.conditions,
+            recommendation=v.status.recommendation,
         )
     return out
 

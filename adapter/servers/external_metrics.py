@@ -376,10 +376,10 @@ class _ExternalMetricsAPI:
                 "metricName": metric.value,
                 "metricLabels": labels,
                 "timestamp": format_rfc3339(entry.decided_at_s),
-                "value": format_quantity(value_of(entry.decision)),
+                "value": format_quantity(value),
             }
             for entry in candidates
-            if selector.matches(labels := _labels(entry.decision))
+            if selector.matches(labels := _labels(entry.decision)) and (value := value_of(entry.decision)) is not None
         ]
         body = _dumps({"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items})
         return _Rendered(pinned, tuple(candidates), body)

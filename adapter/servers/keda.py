@@ -202,6 +202,8 @@ class ExternalScalerServicer:
             requested = request.metricName
             metric = parse_metric(requested, key=META_METRIC) if requested else target.metric
             value = metric.value_of(self._lookup(target).decision)
+            if value is None:
+                raise NotFound(f"VariantAutoscaling {target.key} has no {metric.value} yet (no recommendation)")
             reply = pb2.MetricValue(
                 metricName=requested or metric.value,
                 metricValue=round(value),

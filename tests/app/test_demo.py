@@ -107,7 +107,12 @@ async def test_kubectl_grpc_and_prometheus_clients_read_the_same_decisions_from_
         code, text, err = await _kubectl(ep.kubeconfig, "/apis/external.metrics.k8s.io/v1beta1")
         assert code == 0, err
         names = {r["name"] for r in json.loads(text)["resources"]}
-        assert names == {"wva_desired_replicas", "wva_current_replicas", "wva_desired_ratio"}
+        assert names == {
+            "wva_desired_replicas",
+            "wva_current_replicas",
+            "wva_desired_ratio",
+            "wva_recommended_replicas",
+        }
 
         selector = "labelSelector=variant_name%3Dllama-8b-l4"
         code, text, err = await _kubectl(

@@ -91,6 +91,7 @@ async def test_kubectl_discovery(em_kubectl_server: EmServer, tmp_path: Path) ->
         "wva_desired_replicas",
         "wva_current_replicas",
         "wva_desired_ratio",
+        "wva_recommended_replicas",
     ]
     groups = json.loads((await kubectl_raw(kubeconfig, "/apis", tmp_path)).stdout)
     assert groups["groups"][0]["preferredVersion"]["groupVersion"] == "external.metrics.k8s.io/v1beta1"

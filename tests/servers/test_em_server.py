@@ -15,7 +15,7 @@ from adapter.store.decisions import DecisionStore
 from tests.servers._em_support import EM_BASE, EM_NS, EM_T0_S, EmFailingReader, em_decision, em_request
 from tests.servers.conftest import EmServe, EmServer
 
-METRICS = ["wva_desired_replicas", "wva_current_replicas", "wva_desired_ratio"]
+METRICS = ["wva_desired_replicas", "wva_current_replicas", "wva_desired_ratio", "wva_recommended_replicas"]
 
 
 def metric_path(metric: str, selector: str | None = None, namespace: str = EM_NS) -> str:
@@ -83,7 +83,7 @@ async def test_api_resource_list_names_every_metric(em_server: EmServer) -> None
 
 async def test_resource_list_is_never_empty_even_without_decisions(em_serve: EmServe) -> None:
     server = await em_serve(DecisionStore())
-    assert len((await get_json(server, EM_BASE))["resources"]) == 3
+    assert len((await get_json(server, EM_BASE))["resources"]) == len(METRICS)
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/livez", "/readyz"])

@@ -488,4 +488,5 @@ def test_metric_values_follow_the_decision(keda_store: DecisionStore) -> None:
         ServedMetric.DESIRED_REPLICAS: 3.0,
         ServedMetric.CURRENT_REPLICAS: 4.0,
         ServedMetric.DESIRED_RATIO: 0.75,
+        ServedMetric.RECOMMENDED_REPLICAS: None,  # no recommendation yet: not a value
     }
