@@ -208,7 +208,10 @@ def _measure_v1(
         unit=CapacityUnit.REPLICAS,
         required=float(analysis.should_scale_up),
         spare=float(analysis.scale_down_safe),
-        variants=tuple(supply_of(view, per_replica_capacity=1.0) for view in views),
+        variants=tuple(
+            supply_of(view, per_replica_capacity=1.0, demand=_replica_load(pods, view.key.name, base.sat_cfg))
+            for view in views
+        ),
         priority=base.sat_cfg.priority,
         proposal=proposal,
         analysis=analysis.as_dict(),
@@ -224,7 +227,21 @@ def _measure_v1(
     )
 
 
-def supply_of(view: VariantView, *, per_replica_capacity: float) -> VariantSupply:
+def _replica_load(pods: Sequence[PodMetrics], variant: str, cfg: SaturationConfig) -> float:
+    """The percentage-based analyzer's demand in replicas' worth: each pod counts
+    max(kv_cache_usage / kvCacheThreshold, queue_length / queueLengthThreshold), so a pod exactly at its
+    saturation threshold is one replica of demand. Example (0.80 / 5): kv 0.4, queue 5 → max(0.5, 1.0) = 1.0."""
+    load = 0.0
+    for pod in pods:
+        if pod.variant != variant:
+            continue
+        kv = (pod.kv_cache_usage or 0.0) / cfg.kv_cache_threshold if cfg.kv_cache_threshold > 0 else 0.0
+        queue = (pod.queue_length or 0.0) / cfg.queue_length_threshold if cfg.queue_length_threshold > 0 else 0.0
+        load += max(kv, queue)
+    return load
+
+
+def supply_of(view: VariantView, *, per_replica_capacity: float, demand: float = 0.0) -> VariantSupply:
     target = view.target
     current = target.replicas if target else 0
     pending = target.pending_replicas if target else 0
@@ -239,6 +256,7 @@ def supply_of(view: VariantView, *, per_replica_capacity: float) -> VariantSuppl
         pending_replicas=pending,
         gpus_per_replica=max(1, target.gpus_per_replica) if target else 1,
         accelerator=normalize_accelerator(view.accelerator),
+        demand=demand,
     )
 
 
