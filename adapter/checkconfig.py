@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from adapter.config.configmaps import KNOWN_CONFIGMAPS, parse_configmap
+from adapter.config.safeload import InputError, excerpt, load_yaml_all
 from adapter.config.va import parse_va
 from adapter.domain.errors import ManifestError
 
@@ -24,19 +23,21 @@ def check_files(paths: list[Path]) -> Report:
     report = Report()
     for path in paths:
         try:
-            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+            docs = load_yaml_all(path.read_bytes(), what=str(path))
         except OSError as exc:
-            report.errors.append(f"{path}: cannot read: {exc.strerror}")
+            report.errors.append(f"{path}: cannot read: {exc.strerror or exc}")
             continue
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-            report.errors.append(f"{path}{where}: malformed YAML: {getattr(exc, 'problem', exc)}")
+        except InputError as exc:
+            report.errors.append(str(exc))
             continue
         for index, doc in enumerate(docs):
             if doc is None:
                 continue
-            _check_doc(report, f"{path}#{index + 1}", doc)
+            where = f"{path}#{index + 1}"
+            try:
+                _check_doc(report, where, doc)
+            except Exception as exc:  # a checker bug must never become a traceback for the user
+                report.errors.append(f"{where}: could not be checked ({type(exc).__name__}: {excerpt(str(exc))})")
     return report
 
 

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adapter.config.errors import describe
+from adapter.config.safeload import InputError, load_yaml
 from adapter.domain.ids import ModelKey
 from adapter.domain.timefmt import format_duration_short, parse_duration_s
 
@@ -218,11 +218,9 @@ def parse_configmap(*, namespace: str, name: str, data: Mapping[str, Any]) -> Pa
             errors.append(f"{source}: value must be a YAML string, got {type(text).__name__}")
             continue
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            errors.append(f"{source}: malformed YAML{where}: {getattr(exc, 'problem', exc)}")
+            doc = load_yaml(text, what=source)
+        except InputError as exc:
+            errors.append(str(exc))
             continue
         if doc is None:
             doc = {}
@@ -233,6 +231,9 @@ def parse_configmap(*, namespace: str, name: str, data: Mapping[str, Any]) -> Pa
             entry = entry_type.model_validate(doc)
         except ValidationError as exc:
             errors.extend(describe(exc, source=source))
+            continue
+        except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # never let one entry stop the rest
+            errors.append(f"{source}: could not be validated ({type(exc).__name__})")
             continue
         if key != DEFAULT_KEY and entry.model_id is None:
             errors.append(f"{source}: a per-model entry must set `model_id` (or use the key 'default')")

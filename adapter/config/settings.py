@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE
+from adapter.config.safeload import load_yaml
 from adapter.domain.errors import ConfigError
 from adapter.domain.timefmt import parse_duration_s
 
@@ -215,11 +215,9 @@ def _convert(knob: _Knob, raw: Any, source: str) -> Any:
 
 def _file_layer(path: Path, label: str) -> dict[str, tuple[Any, str]]:
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = load_yaml(path.read_bytes(), what=f"{label} {path}")
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{label} {path}: malformed YAML: {exc}") from None
     if doc is None:
         return {}
     if not isinstance(doc, Mapping):

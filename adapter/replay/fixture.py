@@ -6,7 +6,6 @@ as `$.cycles[0].pods[2].metrics.kv_cache_usage: -0.1 — must be >= 0`, never as
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from adapter.config import podtemplate
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE
+from adapter.config.safeload import InputError, load_json
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import FixtureError, ManifestError
 from adapter.domain.ids import ModelKey
@@ -154,11 +154,11 @@ def load(path: Path) -> tuple[Fixture, list[VariantAutoscaling]]:
     """Read and validate a fixture file. Raises FixtureError with the JSON path of the first problem."""
     try:
         # NaN/Infinity literals parse to floats so that validation reports them at their JSON path.
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = load_json(path.read_bytes(), what="fixture", allow_nan=True)
     except OSError as exc:
         raise FixtureError("$", f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise FixtureError("$", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except InputError as exc:
+        raise FixtureError("$", str(exc).removeprefix("fixture: ")) from None
     return parse(raw)
 
 
