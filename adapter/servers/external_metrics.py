@@ -36,9 +36,13 @@ import ssl
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_server import Server
 
 from adapter.domain.decision import VariantDecision
 from adapter.domain.errors import Forbidden, NotFound, ServeError, Unauthorized
@@ -475,6 +479,47 @@ def build_external_metrics_app(
     return app
 
 
+class _StatusRequestHandler(RequestHandler):
+    """aiohttp answers a request it cannot parse (request line or headers over its limits, malformed HTTP)
+    before any application handler runs, with a text/plain page. An aggregated API server answers every
+    failure with a `metav1.Status`, so this protocol handler renders those answers as one too."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # part of a response is out: the connection is beyond repair
+            raise ConnectionError("response already started; cannot send the error Status")
+        _log.debug("request refused before routing (%s): %s", status, type(exc).__name__ if exc else message)
+        if status == HTTPStatus.INTERNAL_SERVER_ERROR:
+            text = "internal error while reading the request"
+        else:
+            text = f"malformed or oversized request: {excerpt_text(message or str(exc or ''), 160)}"
+        response = _status_response(code=status, message=text)
+        response.force_close()
+        return response
+
+
+class _StatusServer(Server):
+    def __call__(self) -> RequestHandler:
+        return _StatusRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _StatusAppRunner(web.AppRunner):
+    async def _make_server(self) -> Server:
+        server = await super()._make_server()
+        server.__class__ = _StatusServer  # same state, one method more specific
+        return server
+
+
+def excerpt_text(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 @dataclass(frozen=True, slots=True)
 class RunningServer:
     """A started HTTPS server; `port` is the bound port (useful when asked for port 0)."""
@@ -498,7 +543,7 @@ async def start_https_server(
 ) -> RunningServer:
     """Serve `app` over TLS on host:port (0 = ephemeral). Access logging is off by default: at HPA request
     rates it costs more than the request itself; latency belongs in a histogram (`observer`)."""
-    runner = web.AppRunner(
+    runner = _StatusAppRunner(
         app, handle_signals=False, access_log=_log if access_log else None, shutdown_timeout=shutdown_timeout_s
     )
     await runner.setup()
