@@ -241,3 +241,25 @@ def _structural(text: str) -> Iterator[tuple[str, str]]:
             yield "open", char
         elif char in "]}":
             yield "close", char
+
+
+_REASONS = (
+    ("not UTF-8", "not-utf8"),
+    ("the limit is", "too-large"),
+    ("nests deeper", "too-deep"),
+    ("YAML aliases", "alias-bomb"),
+    ("malformed YAML", "malformed"),
+    ("invalid JSON", "malformed"),
+    ("could not be parsed", "unparseable"),
+    ("could not be validated", "unparseable"),
+    ("unknown field", "unknown-field"),
+)
+
+
+def rejection_reason(message: str) -> str:
+    """A small, fixed vocabulary for the `reason` label of `wva_inputs_rejected_total` (bounded cardinality):
+    the first known phrase in the message, else "invalid"."""
+    for phrase, reason in _REASONS:
+        if phrase in message:
+            return reason
+    return "invalid"

@@ -60,6 +60,8 @@ class ClusterView:
     nodes: tuple[NodeGpus, ...] = ()
     invalid: tuple[str, ...] = ()
     """One message per VA object that failed validation (it is not decided; the message names the field)."""
+    invalid_keys: Mapping[VariantKey, str] = field(default_factory=dict)
+    """The same, by VA: the leader writes the message into the VA's OptimizationReady condition."""
     synced: bool = False
     """True once every watch has completed its initial list."""
 

@@ -314,7 +314,7 @@ class Inventory:
             if "nodes" in dirty:
                 nodes: list[NodeRecord] = sorted(self._items(NODES), key=lambda n: n.name)
                 self._sections["nodes"] = tuple(g for n in nodes for g in n.gpus)
-            variants, invalid = self._sections["variants"]
+            variants, invalid, invalid_keys = self._sections["variants"]
             self._view = ClusterView(
                 variants=variants,
                 pods=self._sections["pods"],
@@ -322,6 +322,7 @@ class Inventory:
                 inference_pools=self._sections["pools"],
                 nodes=self._sections["nodes"],
                 invalid=invalid,
+                invalid_keys=invalid_keys,
                 synced=False,
             )
         synced = self.synced
@@ -332,18 +333,20 @@ class Inventory:
     @staticmethod
     def _build_variants(
         vas: list[VaRecord], workloads: Mapping[tuple[str, str, str], Workload]
-    ) -> tuple[tuple[VariantView, ...], tuple[str, ...]]:
+    ) -> tuple[tuple[VariantView, ...], tuple[str, ...], dict[VariantKey, str]]:
         views: list[VariantView] = []
         invalid: list[str] = []
+        invalid_keys: dict[VariantKey, str] = {}
         for record in vas:
             if record.spec is None:
                 invalid.append(record.error)
+                invalid_keys[record.key] = record.error
                 continue
             spec = record.spec
             workload = workloads.get((spec.target_kind, spec.key.namespace, spec.target_name))
             target = workload.scale_target() if workload is not None else None
             views.append(VariantView(spec=spec, status=record.status, target=target))
-        return tuple(views), tuple(invalid)
+        return tuple(views), tuple(invalid), invalid_keys
 
     @staticmethod
     def _target_index(vas: list[VaRecord]) -> dict[tuple[str, str, str], str]:

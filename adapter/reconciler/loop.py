@@ -22,11 +22,12 @@ from dataclasses import dataclass, replace
 from adapter import engine
 from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
+from adapter.config.safeload import rejection_reason
 from adapter.domain.cluster import ClusterView, Collection
 from adapter.domain.decision import AnalyzerName, CycleResult, DecisionPath, VariantDecision
 from adapter.domain.errors import AdapterError
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import DesiredAlloc, VariantStatus
+from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, VariantStatus
 from adapter.enforcer.scale_from_zero import is_idle, wake
 from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries
 from adapter.reconciler.ports import ClusterSource, CycleObserver, EppSource, Leadership, MetricsSource, StatusSink
@@ -74,6 +75,7 @@ class Reconciler:
         self.cycles = 0
         self.last_error: str | None = None
         self._invalid_seen: tuple[str, ...] = ()
+        self._cm_errors_seen: tuple[str, ...] = ()
         self._errors_seen: dict[ModelKey, str] = {}
 
     @property
@@ -101,6 +103,7 @@ class Reconciler:
         now_s = self._clock()
         try:
             configmaps = self._configmaps(view)
+            self._report_configmap_errors(configmaps)
             collection = await self._collect(view, configmaps)
             snapshot = build_snapshot(view, collection, now_s=now_s)
             result, self._state = engine.decide(snapshot, self._state, EngineConfig(configmaps=configmaps), now_s)
@@ -113,6 +116,7 @@ class Reconciler:
         self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
         self._report_model_errors(result)
         await self._write_statuses(engine.statuses(result, snapshot), view)
+        await self._mark_invalid(view)
         if self._observer is not None:
             self._observer.record_cycle(
                 duration_s=time.perf_counter() - started, decisions=result.decisions, previous=self._previous
@@ -133,7 +137,31 @@ class Reconciler:
         if view.invalid != self._invalid_seen:
             for message in sorted(set(view.invalid) - set(self._invalid_seen)):
                 log.warning("not deciding an invalid VariantAutoscaling: %s", message)
+                if self._observer is not None:
+                    self._observer.record_rejected(kind="VariantAutoscaling", reason=rejection_reason(message))
             self._invalid_seen = view.invalid
+
+    def _report_configmap_errors(self, configmaps: ConfigSet) -> None:
+        """Log each invalid ConfigMap entry once and count it; the VAs it applies to carry it in their
+        OptimizationReady condition (reason InvalidConfiguration), and every other entry still applies."""
+        errors = tuple(configmaps.errors())
+        for message in sorted(set(errors) - set(self._cm_errors_seen)):
+            log.warning("ignoring an invalid ConfigMap entry: %s", message)
+            if self._observer is not None:
+                self._observer.record_rejected(kind="ConfigMap", reason=rejection_reason(message))
+        self._cm_errors_seen = errors
+
+    async def _mark_invalid(self, view: ClusterView) -> None:
+        """Leader: an invalid VA gets OptimizationReady=False (reason InvalidSpec) with the problem, so
+        `kubectl describe va` says why it is not decided. Written only when it changes."""
+        for key, message in sorted(view.invalid_keys.items()):
+            status = VariantStatus(
+                conditions=(Condition(ConditionType.OPTIMIZATION_READY, False, "InvalidSpec", message),)
+            )
+            try:
+                await self._status.write(key, status, current=None)
+            except AdapterError as exc:
+                log.warning("status of invalid %s not written: %s (retried next cycle)", key, exc)
 
     async def publish_follower(self) -> None:
         """On a follower: serve the leader's decisions from the watched VA statuses. No-op on the leader."""

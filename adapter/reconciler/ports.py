@@ -49,6 +49,10 @@ class CycleObserver(Protocol):
         self, *, duration_s: float, source: str = ..., ok: bool = ..., dropped: Mapping[str, int] | None = ...
     ) -> None: ...
 
+    def record_rejected(self, *, kind: str, reason: str) -> None:
+        """One outside object newly rejected (counted once per object and message, not per cycle)."""
+        ...
+
 
 class AlwaysLeader:
     """Leadership when `--leader-elect` is off: this replica computes and writes."""

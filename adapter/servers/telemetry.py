@@ -211,6 +211,12 @@ class Telemetry:
             labelnames=("reason", *extra),
             registry=self.registry,
         )
+        self._rejected = Counter(
+            "wva_inputs_rejected",
+            "Outside objects rejected (VariantAutoscalings, ConfigMap entries), once per object and problem.",
+            labelnames=("kind", "reason", *extra),
+            registry=self.registry,
+        )
         self.registry.register(_DecisionCollector(reader, clock=clock, instance=controller_instance))
 
     def record_cycle(
@@ -249,6 +255,10 @@ class Telemetry:
         for reason, count in (dropped or {}).items():
             if count > 0:
                 self._dropped.labels(reason, *self._extra_values).inc(count)
+
+    def record_rejected(self, *, kind: str, reason: str) -> None:
+        """An outside object (a VA, a ConfigMap entry, …) newly rejected; `reason` is a small fixed vocabulary."""
+        self._rejected.labels(kind, reason, *self._extra_values).inc()
 
     def forget(self, key: VariantKey) -> None:
         """Drop every counter series of a VA (called for deleted VAs; record_cycle does it itself)."""
