@@ -26,25 +26,52 @@ _INT_ARGS = {
 }
 
 
+MAX_INT_ARG = 2**31 - 1
+
+
+def _m(value: Any) -> Mapping[str, Any]:
+    """A mapping, or an empty one: a template of the wrong shape reads as "nothing set", never a crash."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
 def _containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    spec = template.get("spec") or {}
-    return [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    return [c for c in _l(_m(template.get("spec")).get("containers")) if isinstance(c, Mapping)]
 
 
 def gpus_per_replica(template: Mapping[str, Any]) -> int:
     """Sum of GPU requests (falling back to limits) over containers; 0 counts as 1, as upstream does."""
     total = 0
     for container in _containers(template):
-        resources = container.get("resources") or {}
-        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        resources = _m(container.get("resources"))
+        requests, limits = _m(resources.get("requests")), _m(resources.get("limits"))
         for name in GPU_RESOURCES:
             # Extended resources: a limit alone implies an equal request (Kubernetes defaulting).
-            amount = requests.get(name, limits.get(name, 0))
-            try:
-                total += int(str(amount))
-            except ValueError:
-                continue
-    return total or 1
+            amount = _count(requests.get(name, limits.get(name, 0)))
+            total += amount
+    return min(total, MAX_INT_ARG) or 1
+
+
+def _count(value: Any) -> int:
+    """A GPU quantity: a non-negative whole number (int or ASCII digit string) up to 2^31-1; else 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value if 0 <= value <= MAX_INT_ARG else 0
+    number = _whole(value) if isinstance(value, str) else None
+    return 0 if number is None else number
+
+
+def _whole(text: str) -> int | None:
+    """ "12" → 12; anything else (sign, decimal point, non-ASCII digits, more than 10 digits) → None."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        return None
+    number = int(text)
+    return number if number <= MAX_INT_ARG else None
 
 
 ROLE_LABEL = "llm-d.ai/role"
@@ -57,43 +84,52 @@ def role_of(labels: Mapping[str, Any]) -> str:
 
 
 def role(template: Mapping[str, Any]) -> str:
-    metadata = template.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return role_of(labels) if isinstance(labels, Mapping) else ""
+    return role_of(_m(_m(template.get("metadata")).get("labels")))
 
 
 def accelerator(template: Mapping[str, Any]) -> str:
     """nodeSelector first, then required node-affinity terms with operator In (first value)."""
-    spec = template.get("spec") or {}
-    selector = spec.get("nodeSelector") or {}
+    spec = _m(template.get("spec"))
+    selector = _m(spec.get("nodeSelector"))
     for key in ACCELERATOR_KEYS:
-        if selector.get(key):
-            return str(selector[key])
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    for term in affinity.get("nodeSelectorTerms") or []:
-        for expr in term.get("matchExpressions") or []:
-            if expr.get("key") in ACCELERATOR_KEYS and expr.get("operator") == "In" and expr.get("values"):
-                return str(expr["values"][0])
+        if isinstance(selector.get(key), str) and selector[key]:
+            return str(selector[key])[:MAX_NAME_CHARS]
+    affinity = _m(
+        _m(_m(spec.get("affinity")).get("nodeAffinity")).get("requiredDuringSchedulingIgnoredDuringExecution")
+    )
+    for term in _l(affinity.get("nodeSelectorTerms")):
+        for raw_expr in _l(_m(term).get("matchExpressions")):
+            expr = _m(raw_expr)
+            values = _l(expr.get("values"))
+            if expr.get("key") in ACCELERATOR_KEYS and expr.get("operator") == "In" and values:
+                return str(values[0])[:MAX_NAME_CHARS]
     return ""
 
 
+MAX_NAME_CHARS = 253
+MAX_SCRIPT_CHARS = 64 * 1024
+"""A `bash -c` script longer than this is not tokenised (vLLM arguments are never that long)."""
+
+
 def _tokens(container: Mapping[str, Any]) -> list[str]:
-    tokens = [str(t) for t in (container.get("command") or []) + (container.get("args") or [])]
+    tokens = [t for t in _l(container.get("command")) + _l(container.get("args")) if isinstance(t, str)]
     for i, token in enumerate(tokens[:-2]):
         if token in _SHELLS and tokens[i + 1] == "-c":
+            script = tokens[i + 2]
+            if len(script) > MAX_SCRIPT_CHARS:
+                return []
             try:
-                return shlex.split(tokens[i + 2])
+                return shlex.split(script)
             except ValueError:
-                return tokens[i + 2].split()
+                return script.split()
     return tokens
 
 
 def vllm_args(template: Mapping[str, Any]) -> VllmArgs:
     args = VllmArgs()
     for container in _containers(template):
-        for env in container.get("env") or []:
+        for raw_env in _l(container.get("env")):
+            env = _m(raw_env)
             if env.get("name") == "VLLM_USE_V1" and str(env.get("value")) == "0":
                 args = replace(args, v1_engine=False, chunked_prefill=False)
         args = _parse(args, _tokens(container))
@@ -119,17 +155,21 @@ def _parse(args: VllmArgs, tokens: Sequence[str]) -> VllmArgs:
 
 
 def _apply(args: VllmArgs, key: str, value: str) -> VllmArgs:
+    """One argument; a value out of range (negative, huge, NaN, not a number) is ignored, as upstream ignores
+    unparsable numbers: vLLM itself would refuse to start with it."""
     if key == "enforce_eager":
         return replace(args, enforce_eager=True)
     if key == "enable_chunked_prefill":
         return replace(args, chunked_prefill=value.lower() != "false")
     if key == "kv_cache_dtype" and value:
-        return replace(args, kv_cache_dtype=value)
-    try:
-        if key in _INT_ARGS:
-            return replace(args, **{key: int(value)})  # type: ignore[arg-type]
-        if key == "gpu_memory_utilization":
-            return replace(args, gpu_memory_utilization=float(value))
-    except ValueError:
-        return args
+        return replace(args, kv_cache_dtype=value[:MAX_NAME_CHARS])
+    if key in _INT_ARGS:
+        number = _whole(value)
+        return args if number is None else replace(args, **{key: number})  # type: ignore[arg-type]
+    if key == "gpu_memory_utilization":
+        try:
+            fraction = float(value)
+        except ValueError:
+            return args
+        return replace(args, gpu_memory_utilization=fraction) if 0 < fraction <= 1 else args
     return args

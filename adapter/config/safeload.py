@@ -68,6 +68,10 @@ def decode(data: bytes | str, *, what: str, max_bytes: int) -> str:
     if size > max_bytes:
         raise InputError(f"{what} is {_size(size)}; the limit is {_size(max_bytes)}")
     if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates: text no encoder or parser accepts
+            raise InputError(f"{what} is not UTF-8 (unpaired surrogate at offset {exc.start})") from None
         return data
     try:
         return data.decode("utf-8")
@@ -124,7 +128,7 @@ def _check_shape(text: str, *, what: str, max_depth: int, max_aliases: int) -> N
         raise
     except yaml.YAMLError as exc:
         raise InputError(f"{what}: malformed YAML{_where(exc)}: {_problem(exc)}") from None
-    except (RecursionError, MemoryError) as exc:
+    except Exception as exc:  # RecursionError, MemoryError, a parser bug: one bad document, never a crash
         raise InputError(f"{what} could not be parsed ({type(exc).__name__})") from None
 
 
@@ -144,7 +148,7 @@ def _guarded(what: str, load: Any) -> Any:
         raise
     except yaml.YAMLError as exc:
         raise InputError(f"{what}: malformed YAML{_where(exc)}: {_problem(exc)}") from None
-    except (RecursionError, MemoryError, ValueError, TypeError, OverflowError) as exc:
+    except Exception as exc:  # RecursionError, MemoryError, a constructor bug: one bad document, never a crash
         raise InputError(f"{what} could not be parsed ({type(exc).__name__})") from None
 
 
@@ -208,7 +212,7 @@ def load_json(
         raise
     except json.JSONDecodeError as exc:
         raise InputError(f"{what}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except (RecursionError, MemoryError, ValueError) as exc:
+    except Exception as exc:
         raise InputError(f"{what} could not be parsed ({type(exc).__name__})") from None
 
 

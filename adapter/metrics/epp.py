@@ -80,6 +80,17 @@ class EndpointQueues:
 
 
 def parse_queues(text: str) -> EndpointQueues:
+    """Per-model queue size and bytes of one endpoint's exposition. Raises ValueError, with a bounded message
+    (the parser's own errors quote the offending line whole), on unparsable text."""
+    try:
+        return _parse_queues(text)
+    except Exception as exc:
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 160 else detail[:160] + "…"
+        raise ValueError(f"unparsable Prometheus exposition ({type(exc).__name__}: {detail})") from None
+
+
+def _parse_queues(text: str) -> EndpointQueues:
     """Per-model queue size and bytes of one endpoint's exposition. Raises ValueError on unparsable text."""
     found: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):

@@ -38,6 +38,10 @@ __all__ = ["EVERYTHING", "Operator", "Requirement", "Selector", "parse_selector"
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _MAX_NAME_LEN = 63
+MAX_SELECTOR_CHARS = 8192
+"""Longer selectors are refused before parsing (the request line limit is about the same)."""
+_QUOTE_CHARS = 120
+"""How much of a bad selector an error message quotes."""
 _MAX_PREFIX_LEN = 253
 _NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
@@ -233,7 +237,10 @@ class _Parser:
         self._pos = 0
 
     def fail(self, detail: str) -> BadRequest:
-        return BadRequest(f"invalid labelSelector {self._text!r}: {detail}")
+        shown = self._text if len(self._text) <= _QUOTE_CHARS else self._text[:_QUOTE_CHARS] + "…"
+        if len(detail) > 2 * _QUOTE_CHARS:  # the detail quotes tokens, which may be long too
+            detail = detail[:_QUOTE_CHARS] + " … " + detail[-_QUOTE_CHARS:]
+        return BadRequest(f"invalid labelSelector {shown!r}: {detail}")
 
     def _peek(self, *, value_context: bool = True) -> tuple[_Tok, str]:
         kind, literal = self._tokens[self._pos]
@@ -382,4 +389,6 @@ def parse_selector(text: str) -> Selector:
     >>> parse_selector("variant_name=a, tier in (x,y),!legacy").matches({"variant_name": "a", "tier": "y"})
     True
     """
+    if len(text) > MAX_SELECTOR_CHARS:
+        raise BadRequest(f"labelSelector is {len(text)} characters; the limit is {MAX_SELECTOR_CHARS}")
     return _Parser(text).parse()
