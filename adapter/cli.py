@@ -224,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes: 0 success, 1 findings/mismatches (check-config, replay), 2 unusable input or settings.
+    Our own errors (AdapterError: bad files, settings, fixtures, scenarios) end as one line on stderr, never a
+    traceback; anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except AdapterError as exc:
+        print(f"wva-adapter {args.verb}: {exc}", file=sys.stderr)
+        return 2
     return code

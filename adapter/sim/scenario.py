@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, ConfigSet
+from adapter.config.safeload import MAX_FILE_BYTES, load_yaml
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import ConfigError, ManifestError
 from adapter.sim.fleet import FleetConfig
@@ -65,11 +64,9 @@ class Scenario:
 
 def load(path: Path) -> Scenario:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_bytes(), what=str(path), max_bytes=MAX_FILE_BYTES)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: malformed YAML: {exc}") from None
     try:
         return parse(raw, base_dir=path.parent)
     except (ValueError, ManifestError) as exc:
