@@ -151,7 +151,11 @@ def _allocate_capacity(
     mode = policy.mode
     solved = None
     if policy.exact:
-        requests = [exact.ExactRequest(g.key, g.variants, _demand(g)) for g in groups if g.required > 0 or g.spare > 0]
+        requests = [
+            exact.ExactRequest(g.key, tuple(sorted(g.variants, key=lambda v: v.name)), _demand(g))
+            for g in groups
+            if g.required > 0 or g.spare > 0
+        ]
         solved = exact.solve(requests, gpus_free=free)
         if solved is None:
             mode = OptimizerMode.GREEDY_BY_SCORE if policy.limiter else OptimizerMode.COST_AWARE

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
+from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import VariantSupply
 from adapter.domain.snapshot import NodeGpus
 from adapter.optimizer.cost_aware import by_cost_efficiency
@@ -39,11 +40,13 @@ class GpuUse:
 
 
 def gpu_pools(nodes: Iterable[NodeGpus]) -> dict[str, int]:
-    """Allocatable GPUs per normalised accelerator."""
+    """Allocatable GPUs per normalised accelerator (normalised here too: nodes may come from a fixture or a
+    simulator, not only from the Kubernetes edge)."""
     pools: dict[str, int] = {}
     for node in nodes:
-        if node.accelerator:
-            pools[node.accelerator] = pools.get(node.accelerator, 0) + max(0, node.allocatable_gpus)
+        pool = normalize_accelerator(node.accelerator)
+        if pool:
+            pools[pool] = pools.get(pool, 0) + max(0, node.allocatable_gpus)
     return pools
 
 

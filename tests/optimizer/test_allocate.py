@@ -1,0 +1,294 @@
+"""The allocation step (issue 7): GPU limiter (greedy-by-saturation for V1 proposals, greedy-by-score fair
+share), exact MILP mode, accelerator normalisation; worked examples with ids and hypothesis properties."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.domain.accelerators import normalize_accelerator
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply
+from adapter.domain.decision import AnalyzerName
+from adapter.domain.ids import ModelKey
+from adapter.domain.snapshot import NodeGpus
+from adapter.optimizer.allocate import AllocationPolicy, ModelAllocation, OptimizerMode, allocate
+from adapter.optimizer.limiter import GpuUse, free_gpus, gpu_pools
+
+A, B = ModelKey("ns", "a"), ModelKey("ns", "b")
+
+
+def supply(
+    name: str,
+    *,
+    cost: float,
+    cap: float,
+    current: int = 0,
+    lo: int = 0,
+    hi: int = 10,
+    accel: str = "A100",
+    gpr: int = 1,
+) -> VariantSupply:
+    return VariantSupply(name, cost, cap, current, lo, hi, current, 0, gpr, accel)
+
+
+def signal(
+    model: ModelKey,
+    *variants: VariantSupply,
+    required: float = 0.0,
+    spare: float = 0.0,
+    priority: float = 1.0,
+    proposal: dict[str, int] | None = None,
+) -> CapacitySignal:
+    return CapacitySignal(
+        model, AnalyzerName.SATURATION_TOKEN, CapacityUnit.TOKENS, required, spare, tuple(variants), priority, proposal
+    )
+
+
+def uses_of(*signals: CapacitySignal) -> list[GpuUse]:
+    return [GpuUse(v.accelerator, v.current_replicas, v.gpus_per_replica) for s in signals for v in s.variants]
+
+
+# ---- pools and names ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("product", "pool"),
+    [
+        pytest.param("NVIDIA-A100-SXM4-80GB", "A100", id="nvidia-long"),
+        pytest.param("A100", "A100", id="short"),
+        pytest.param("AMD-MI300X-192G", "MI300X", id="amd"),
+        pytest.param("INTEL-Max-1550-x", "Max-1550", id="intel"),
+        pytest.param("Tesla-T4", "T4", id="other-vendor"),
+    ],
+)
+def test_node_and_va_names_meet_in_one_pool(product: str, pool: str) -> None:
+    assert normalize_accelerator(product) == pool
+
+
+def test_free_gpus_per_pool() -> None:
+    pools = gpu_pools([NodeGpus("n1", "A100", 8), NodeGpus("n2", "A100", 8), NodeGpus("n3", "L4", 4)])
+    # A100: 16 − 3·4 = 4; L4: 4 − 5 → 0 (never negative); H100: no node → 0
+    assert free_gpus(pools, [GpuUse("A100", 3, 4), GpuUse("L4", 5, 1), GpuUse("H100", 1, 1)]) == {
+        "A100": 4,
+        "H100": 0,
+        "L4": 0,
+    }
+
+
+# ---- cost-aware (limiter off) -------------------------------------------------------------------------------
+
+
+def test_cost_aware_ignores_gpus_when_the_limiter_is_off() -> None:
+    s = signal(A, supply("x", cost=1, cap=1000, current=1), required=5000)
+    out = allocate([s], policy=AllocationPolicy(), pools={"A100": 0}, uses=uses_of(s))
+    assert out[A].targets == {"x": 6}  # ceil(5000/1000) = 5 more
+    assert out[A].optimizer == OptimizerMode.COST_AWARE
+
+
+# ---- greedy-by-score fair share -----------------------------------------------------------------------------
+
+
+def test_fair_share_splits_a_pool_between_equal_models() -> None:
+    # A and B each need 3 replicas' worth; 4 free GPUs: one replica each in turn → 2 and 2 (the docstring example)
+    sa = signal(A, supply("a1", cost=1, cap=100), required=300)
+    sb = signal(B, supply("b1", cost=1, cap=100), required=300)
+    out = allocate([sa, sb], policy=AllocationPolicy(limiter=True), pools={"A100": 4}, uses=uses_of(sa, sb))
+    assert out[A].targets == {"a1": 2}
+    assert out[B].targets == {"b1": 2}
+    assert out[A].unmet == pytest.approx(100)
+    assert out[A].limited["a1"].startswith("limited: 100 tokens required not allocated")
+
+
+def test_priority_weights_the_share() -> None:
+    # priority 3 vs 1, 4 GPUs: scores 3·1 vs 1·1 → A; 3·(2/3)=2 vs 1 → A; 3·(1/3)=1 vs 1 → tie → A (smaller key);
+    # then A is done (3 given) and B gets the last one.
+    sa = signal(A, supply("a1", cost=1, cap=100), required=300, priority=3)
+    sb = signal(B, supply("b1", cost=1, cap=100), required=300)
+    out = allocate([sa, sb], policy=AllocationPolicy(limiter=True), pools={"A100": 4}, uses=uses_of(sa, sb))
+    assert (out[A].targets, out[B].targets) == ({"a1": 3}, {"b1": 1})
+
+
+def test_limited_model_spills_to_another_pool() -> None:
+    # cheapest per token is the A100 variant, but its pool is full; the L4 variant takes the need.
+    s = signal(
+        A, supply("big", cost=2, cap=1000, accel="A100"), supply("small", cost=1, cap=300, accel="L4"), required=900
+    )
+    out = allocate([s], policy=AllocationPolicy(limiter=True), pools={"A100": 0, "L4": 8}, uses=uses_of(s))
+    assert out[A].targets == {"big": 0, "small": 3}
+    assert out[A].unmet == 0
+
+
+def test_unknown_accelerator_is_not_limited() -> None:
+    s = signal(A, supply("x", cost=1, cap=100, accel=""), required=250)
+    out = allocate([s], policy=AllocationPolicy(limiter=True), pools={"A100": 0}, uses=uses_of(s))
+    assert out[A].targets == {"x": 3}
+
+
+def test_scale_down_is_never_limited() -> None:
+    s = signal(A, supply("x", cost=1, cap=100, current=5), spare=250)
+    out = allocate([s], policy=AllocationPolicy(limiter=True), pools={}, uses=uses_of(s))
+    assert out[A].targets == {"x": 3}  # floor(250/100) = 2 removed
+
+
+# ---- V1 proposals: greedy-by-saturation -----------------------------------------------------------------------
+
+
+def test_v1_proposals_most_saturated_model_first() -> None:
+    # two models each propose +1 on a 2-GPU-per-replica variant; 2 free GPUs: the lower spare KV wins.
+    sa = signal(A, supply("a1", cost=1, cap=1, current=1, gpr=2), proposal={"a1": 2})
+    sb = signal(B, supply("b1", cost=1, cap=1, current=1, gpr=2), proposal={"b1": 2})
+    out = allocate(
+        [sa, sb],
+        policy=AllocationPolicy(limiter=True),
+        pools={"A100": 6},
+        uses=uses_of(sa, sb),
+        spare_kv={A: 0.30, B: 0.05},
+    )
+    assert out[B].targets == {"b1": 2}
+    assert out[A].targets == {"a1": 1}
+    assert out[A].limited["a1"] == "limited: allocated 0 A100 GPUs for +0 of +1 replicas"
+
+
+def test_v1_proposals_pass_unchanged_without_the_limiter() -> None:
+    sa = signal(A, supply("a1", cost=1, cap=1, current=1), proposal={"a1": 2})
+    out = allocate([sa], policy=AllocationPolicy(), pools={}, uses=uses_of(sa))
+    assert out[A].targets == {"a1": 2}
+    assert out[A].limited == {}
+
+
+# ---- exact --------------------------------------------------------------------------------------------------
+
+
+def test_exact_finds_the_cheaper_mix() -> None:
+    # The exact.py docstring example: D = 10,000 tokens; A (5, 2,000) and B (15, 8,000):
+    # greedy buys 2 B = 30; the MILP buys 1 B + 1 A = 20.
+    s = signal(A, supply("a", cost=5, cap=2000), supply("b", cost=15, cap=8000), required=10_000)
+    greedy = allocate([s], policy=AllocationPolicy(), pools={}, uses=[])
+    exact = allocate([s], policy=AllocationPolicy(exact=True), pools={}, uses=[])
+    assert greedy[A].targets == {"a": 0, "b": 2}
+    assert exact[A].targets == {"a": 1, "b": 1}
+    assert exact[A].optimizer == OptimizerMode.EXACT
+
+
+def test_exact_respects_gpu_pools() -> None:
+    s = signal(A, supply("a", cost=1, cap=100, gpr=2), required=1000)
+    out = allocate([s], policy=AllocationPolicy(limiter=True, exact=True), pools={"A100": 6}, uses=[])
+    assert out[A].targets == {"a": 3}  # 6 GPUs / 2 per replica
+    assert out[A].unmet == pytest.approx(700)
+
+
+# ---- properties ---------------------------------------------------------------------------------------------
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[CapacitySignal], dict[str, int]]:
+    rng = random.Random(draw(st.integers(0, 10**9)))
+    signals = []
+    for m in range(rng.randint(1, 4)):
+        variants = []
+        for v in range(rng.randint(1, 3)):
+            current = rng.randint(0, 3)
+            variants.append(
+                supply(
+                    f"v{v}",
+                    cost=rng.choice([1, 2.5, 4, 10, 15]),
+                    cap=float(rng.randint(1, 10) * 100),
+                    current=current,
+                    lo=rng.randint(0, current),
+                    hi=current + rng.randint(0, 5),
+                    accel=rng.choice(["A100", "L4"]),
+                    gpr=rng.choice([1, 2]),
+                )
+            )
+        required = rng.choice([0.0, rng.uniform(50, 2500)])
+        spare = 0.0 if required else rng.choice([0.0, rng.uniform(50, 800)])
+        signals.append(
+            signal(ModelKey("ns", f"m{m}"), *variants, required=required, spare=spare, priority=rng.choice([0.5, 1, 2]))
+        )
+    used = {
+        a: sum(v.current_replicas * v.gpus_per_replica for s in signals for v in s.variants if v.accelerator == a)
+        for a in ("A100", "L4")
+    }
+    pools = {a: used[a] + rng.randint(0, 8) for a in used}
+    return signals, pools
+
+
+def _gpus(out: dict[ModelKey, ModelAllocation], signals: list[CapacitySignal], accel: str) -> int:
+    return sum(
+        out[s.model].targets[v.name] * v.gpus_per_replica for s in signals for v in s.variants if v.accelerator == accel
+    )
+
+
+def _cost(out: dict[ModelKey, ModelAllocation], signals: list[CapacitySignal]) -> float:
+    return sum(out[s.model].targets[v.name] * v.cost for s in signals for v in s.variants)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), st.booleans())
+def test_never_more_gpus_than_the_pools_hold(fleet: tuple[list[CapacitySignal], dict[str, int]], exact: bool) -> None:
+    signals, pools = fleet
+    out = allocate(signals, policy=AllocationPolicy(limiter=True, exact=exact), pools=pools, uses=uses_of(*signals))
+    for accel, total in pools.items():
+        held_now = sum(
+            v.current_replicas * v.gpus_per_replica for s in signals for v in s.variants if v.accelerator == accel
+        )
+        assert _gpus(out, signals, accel) <= max(total, held_now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), st.booleans(), st.booleans())
+def test_bounds_always_hold(fleet: tuple[list[CapacitySignal], dict[str, int]], limiter: bool, exact: bool) -> None:
+    signals, pools = fleet
+    out = allocate(signals, policy=AllocationPolicy(limiter=limiter, exact=exact), pools=pools, uses=uses_of(*signals))
+    for s in signals:
+        for v in s.variants:
+            assert (
+                min(v.min_replicas, v.current_replicas)
+                <= out[s.model].targets[v.name]
+                <= max(v.max_replicas, v.current_replicas)
+            )
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleets())
+def test_exact_costs_no_more_than_greedy_when_greedy_meets_demand(
+    fleet: tuple[list[CapacitySignal], dict[str, int]],
+) -> None:
+    signals, pools = fleet
+    policy_greedy, policy_exact = AllocationPolicy(limiter=True), AllocationPolicy(limiter=True, exact=True)
+    greedy = allocate(signals, policy=policy_greedy, pools=pools, uses=uses_of(*signals))
+    exact = allocate(signals, policy=policy_exact, pools=pools, uses=uses_of(*signals))
+    greedy_met = all(a.unmet == 0 for a in greedy.values())
+    if greedy_met:
+        assert all(a.unmet <= 1e-6 for a in exact.values())  # feasible → the program meets demand too
+        assert _cost(exact, signals) <= _cost(greedy, signals) + 1e-6 * max(1.0, _cost(greedy, signals))
+    else:
+        assert sum(a.unmet for a in exact.values()) <= sum(a.unmet for a in greedy.values()) + 1e-6
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleets(), st.booleans(), st.booleans(), st.randoms(use_true_random=False))
+def test_results_do_not_depend_on_input_order(
+    fleet: tuple[list[CapacitySignal], dict[str, int]], limiter: bool, exact: bool, rnd: random.Random
+) -> None:
+    signals, pools = fleet
+    shuffled = [
+        CapacitySignal(
+            s.model,
+            s.analyzer,
+            s.unit,
+            s.required,
+            s.spare,
+            tuple(rnd.sample(list(s.variants), len(s.variants))),
+            s.priority,
+        )
+        for s in signals
+    ]
+    rnd.shuffle(shuffled)
+    policy = AllocationPolicy(limiter=limiter, exact=exact)
+    one = allocate(signals, policy=policy, pools=pools, uses=uses_of(*signals))
+    two = allocate(shuffled, policy=policy, pools=pools, uses=uses_of(*shuffled))
+    assert {m: dict(a.targets) for m, a in one.items()} == {m: dict(a.targets) for m, a in two.items()}
