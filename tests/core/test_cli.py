@@ -83,7 +83,7 @@ def test_replay_of_one_fixture_prints_one_result_with_the_design_fields():
 
 @pytest.mark.parametrize(
     "fixture",
-    [pytest.param(p, id=p.stem) for p in sorted(CORE_FIXTURES.glob("*.json"))],
+    [pytest.param(p, id=p.stem) for p in sorted(CORE_FIXTURES.glob("*.json")) if not p.name.startswith("v2-")],
 )
 def test_replay_of_a_multi_cycle_fixture_carries_status_between_cycles(fixture):
     result = wva("replay", rel(fixture))
