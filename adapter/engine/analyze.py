@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 
 from adapter.analyzers import saturation as v1
 from adapter.analyzers import tokens as v2
+from adapter.analyzers.queueing import analyzer as qm
+from adapter.analyzers.queueing import ekf
 from adapter.config.configmaps import SaturationConfig, ScaleToZeroConfig
 from adapter.config.engine import EngineConfig
 from adapter.domain.accelerators import normalize_accelerator
@@ -23,10 +25,8 @@ from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import VariantBounds
 from adapter.engine.state import EngineState
 
-QUEUEING_UNSUPPORTED = (
-    "wva-queueing-model-config selects the queueing-model analyzer, which this version does not implement; "
-    "deciding with the saturation analyzer"
-)
+LEARNED_SECTION = "queueingModel"
+"""The `status.learned` section holding a variant's queueing-model filter state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,8 @@ class ModelPlan:
     notes: tuple[str, ...] = ()
     v1_plan: V1Plan | None = None
     not_reporting: Mapping[str, v1.NotReportingSince] = field(default_factory=dict)
+    learned: Mapping[str, ekf.FilterState] = field(default_factory=dict)
+    """Queueing model: every variant's filter state after this cycle (to remember and to persist)."""
 
 
 def previous_alloc(view: VariantView, state: EngineState) -> tuple[DesiredAlloc | None, bool]:
@@ -89,9 +91,10 @@ def fallback_variants(views: Sequence[VariantView], state: EngineState) -> tuple
 
 
 def choose_analyzer(config: EngineConfig, model: ModelKey, sat_cfg: SaturationConfig) -> tuple[AnalyzerName, list[str]]:
+    """A `default` entry in wva-queueing-model-config selects the queueing model (seed 001), over
+    `analyzerName` in the saturation ConfigMap."""
     if config.configmaps.has_queueing_default(model.namespace):
-        fallback_name = AnalyzerName.SATURATION_TOKEN if sat_cfg.token_based else AnalyzerName.SATURATION_PERCENTAGE
-        return fallback_name, [QUEUEING_UNSUPPORTED]
+        return AnalyzerName.QUEUEING_MODEL, []
     if sat_cfg.token_based:
         return AnalyzerName.SATURATION_TOKEN, []
     return AnalyzerName.SATURATION_PERCENTAGE, []
@@ -131,6 +134,8 @@ def measure_model(
         why = "metrics unavailable" if reason == "PrometheusError" else "no pod reports metrics"
         return _replace(base, metrics_reason=reason, analysis={"reason": why}, notes=tuple(notes)), tokens
 
+    if analyzer is AnalyzerName.QUEUEING_MODEL:
+        return _measure_queueing(base, views, pods_by_variant, config=config, state=state, now_s=now_s), tokens
     if analyzer is AnalyzerName.SATURATION_TOKEN:
         roles = {v.key.name: Role(v.target.role) if v.target and v.target.role else Role.BOTH for v in views}
         outcome, tokens = v2.analyze(
@@ -161,6 +166,56 @@ def measure_model(
             tokens,
         )
     return _measure_v1(base, views, pods, notes, hold_reasons=hold_reasons, state=state, now_s=now_s), tokens
+
+
+def _measure_queueing(
+    base: ModelPlan,
+    views: Sequence[VariantView],
+    pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
+    *,
+    config: EngineConfig,
+    state: EngineState,
+    now_s: float,
+) -> ModelPlan:
+    qm_cfg, qm_warnings = config.configmaps.queueing(base.model)
+    learned: dict[str, ekf.FilterState] = {}
+    notes: list[str] = []
+    for view in views:
+        remembered = state.queueing.get(view.key)
+        if remembered is None and LEARNED_SECTION in view.status.learned:
+            try:  # a new leader (restart or fail-over) resumes from what the previous one persisted
+                remembered = ekf.FilterState.from_json(view.status.learned[LEARNED_SECTION])
+            except ValueError as exc:
+                notes.append(f"{view.key.name}: persisted filter state unreadable ({exc}); learning afresh")
+        if remembered is not None:
+            learned[view.key.name] = remembered
+    outcome, states = qm.analyze(
+        base.model,
+        views,
+        {v.key.name: [p for p in pods_by_variant.get(v.key, []) if _usable(p)] for v in views},
+        cfg=qm_cfg,
+        learned=learned,
+        now_s=now_s,
+    )
+    warnings = tuple(dict.fromkeys((*base.config_warnings, *qm_warnings)))
+    if isinstance(outcome, NoSignal):
+        return _replace(
+            base,
+            config_warnings=warnings,
+            analysis={"reason": outcome.reason, **outcome.analysis},
+            no_signal_reason=outcome.reason,
+            notes=(*notes, outcome.reason),
+            learned=states,
+        )
+    return _replace(
+        base,
+        config_warnings=warnings,
+        analyzer=AnalyzerName.QUEUEING_MODEL,
+        signal=outcome,
+        analysis=outcome.analysis,
+        notes=(*notes, *outcome.notes),
+        learned=states,
+    )
 
 
 def _measure_v1(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from adapter.analyzers.tokens import TokenMemory
 from adapter.config.engine import EngineConfig
@@ -23,14 +24,14 @@ from adapter.domain.capacity import CapacitySignal
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
-from adapter.engine.analyze import ModelPlan, measure_model
+from adapter.engine.analyze import LEARNED_SECTION, ModelPlan, measure_model
 from adapter.engine.enforce import ModelOutcome, alloc_for, failsafe, finish, outcome_of
 from adapter.engine.state import EngineState
 from adapter.optimizer.allocate import AllocationPolicy, ModelAllocation, allocate
 from adapter.optimizer.limiter import GpuUse, gpu_pools
 
 IMPLEMENTED_ANALYZERS: frozenset[AnalyzerName] = frozenset(
-    {AnalyzerName.SATURATION_PERCENTAGE, AnalyzerName.SATURATION_TOKEN}
+    {AnalyzerName.SATURATION_PERCENTAGE, AnalyzerName.SATURATION_TOKEN, AnalyzerName.QUEUEING_MODEL}
 )
 """Analyzers this engine decides with; a configuration selecting another is reported, never silently replaced.
 Callers that choose an analyzer up front (`simulate --policy`) refuse the ones missing here."""
@@ -108,10 +109,23 @@ def decide(
             decisions[decision.key] = decision
             new_allocations[decision.key] = alloc
 
+    queueing = {k: v for k, v in state.queueing.items() if k in decisions}
+    learned: dict[VariantKey, dict[str, Any]] = {}
+    for model, plan in plans.items():
+        for name, filter_state in plan.learned.items():
+            key = VariantKey(model.namespace, name)
+            queueing[key] = filter_state
+            learned[key] = {LEARNED_SECTION: filter_state.to_json()}
     result = CycleResult(
-        now_s, decisions, analyses, tuple(dict.fromkeys(warnings)), errors, _pool_usage(snapshot, decisions)
+        now_s,
+        decisions,
+        analyses,
+        tuple(dict.fromkeys(warnings)),
+        errors,
+        _pool_usage(snapshot, decisions),
+        learned,
     )
-    return result, EngineState(new_allocations, not_reporting, state.tokens.updated(token_updates, now_s))
+    return result, EngineState(new_allocations, not_reporting, state.tokens.updated(token_updates, now_s), queueing)
 
 
 class _Failed(Exception):

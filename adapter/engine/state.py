@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.analyzers.queueing.ekf import FilterState
 from adapter.analyzers.saturation import NotReportingSince
 from adapter.analyzers.tokens import CapacityRecord, K2History, TokenMemory
 from adapter.domain.ids import VariantKey
@@ -23,6 +24,9 @@ class EngineState:
     """Percentage-based analyzer: since when a variant's pods have not all reported."""
     tokens: TokenMemory = field(default_factory=TokenMemory)
     """Token-based analyzer: k2 history and per-variant capacity (sizes variants at zero replicas)."""
+    queueing: Mapping[VariantKey, FilterState] = field(default_factory=dict)
+    """Queueing-model analyzer: each variant's learned (α, β, γ) filter. Also persisted in VA status
+    (`learned.queueingModel`), which a new leader reads when this memory is empty."""
 
 
 # ---- JSON form (flight recorder fixtures; replay) ----------------------------------------------------------
@@ -30,7 +34,8 @@ class EngineState:
 # {"allocations":   {"ns/va": {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator"}},
 #  "not_reporting": {"ns/va": {"current", "reporting", "since_s"}},
 #  "tokens": {"k2_history": {"<model>|<accelerator>|<bucket>": {"samples_tokens": [..], "updated_s"}},
-#             "capacity":   {"ns/va": {"per_replica_tokens", "total_kv_tokens", "measured_s"}}}}
+#             "capacity":   {"ns/va": {"per_replica_tokens", "total_kv_tokens", "measured_s"}}},
+#  "queueing": {"ns/va": FilterState.to_json()}}
 # Floats are written with Python's shortest round-trip repr, so a state read back is equal to the one written.
 
 
@@ -72,12 +77,13 @@ def state_to_json(state: EngineState) -> dict[str, Any]:
                 for k, r in sorted(state.tokens.capacity.items())
             },
         },
+        "queueing": {str(k): f.to_json() for k, f in sorted(state.queueing.items())},
     }
 
 
 def state_from_json(doc: Any, path: str = "$") -> EngineState:
     """Parse `state_to_json`'s form; any deviation raises StateFormatError naming the JSON path."""
-    top = _obj(doc, path, {"allocations", "not_reporting", "tokens"})
+    top = _obj(doc, path, {"allocations", "not_reporting", "tokens", "queueing"})
     allocations = {
         _key(k, f"{path}.allocations"): DesiredAlloc(
             num_replicas=_int(v, "num_replicas", p),
@@ -115,7 +121,13 @@ def state_from_json(doc: Any, path: str = "$") -> EngineState:
         for p in [f"{path}.tokens.capacity[{k!r}]"]
         for v in [_obj(raw, p, {"per_replica_tokens", "total_kv_tokens", "measured_s"})]
     }
-    return EngineState(allocations, not_reporting, TokenMemory(history, capacity))
+    queueing = {}
+    for k, raw in _obj(top.get("queueing", {}), f"{path}.queueing").items():
+        try:
+            queueing[_key(k, f"{path}.queueing")] = FilterState.from_json(raw)
+        except ValueError as exc:
+            raise StateFormatError(f"{path}.queueing[{k[:60]!r}]", str(exc)) from None
+    return EngineState(allocations, not_reporting, TokenMemory(history, capacity), queueing)
 
 
 def _obj(value: Any, path: str, allowed: set[str] | None = None) -> dict[str, Any]:
