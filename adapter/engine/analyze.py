@@ -115,6 +115,8 @@ def measure_model(
     sat_cfg, sat_warn = config.configmaps.saturation(model)
     s2z_cfg, s2z_warn = config.configmaps.scale_to_zero(model)
     analyzer, selection_warnings = choose_analyzer(config, model, sat_cfg)
+    if analyzer is AnalyzerName.QUEUEING_MODEL:
+        sat_warn = []  # the saturation ConfigMap does not decide this model; its problems are not this VA's
     config_warnings = tuple(dict.fromkeys(sat_warn + s2z_warn + selection_warnings))
     fb = fallback_variants(views, state)
     base = ModelPlan(

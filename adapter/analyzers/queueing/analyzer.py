@@ -229,7 +229,7 @@ def analyze(
             "required_replicas": math.ceil(load.total_arrival_rps / rate - 1e-9) if rate > 0 else None,
         }
     if not any(v.per_replica_capacity > 0 for v in variants):
-        reason = "no variant's capacity at the SLO is known (no learned parameters): " + "; ".join(notes[:3])
+        reason = "no variant's capacity at the SLO is known: " + "; ".join(notes[:3])
         return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason[:400], {"slo": _slo_json(slo)}), states
 
     supply = sum(v.ready_replicas * v.per_replica_capacity for v in variants)
