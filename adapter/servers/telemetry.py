@@ -116,6 +116,16 @@ class _DecisionCollector:
                 "GPUs the served decisions ask for, per accelerator type.",
                 labels=["accelerator_type", *extra],
             ),
+            "qm_parameter": GaugeMetricFamily(
+                "wva_queueing_model_parameter_ms",
+                "Learned queueing-model service parameters per variant (alpha ms/iteration, beta and gamma ms/token).",
+                labels=["namespace", "variant_name", "parameter", *extra],
+            ),
+            "qm_max_rps": GaugeMetricFamily(
+                "wva_queueing_model_max_rps_per_replica",
+                "Largest request rate one replica sustains within the SLO (lambda*), per variant.",
+                labels=["namespace", "variant_name", *extra],
+            ),
             "model_errors": GaugeMetricFamily(
                 "wva_model_decision_failed",
                 "1 while the model's last decision raised an internal error (the model is held).",
@@ -147,6 +157,18 @@ class _DecisionCollector:
                 families["required"].add_metric(labels, analysis.required_capacity)
             if analysis.spare_capacity is not None:
                 families["spare"].add_metric(labels, analysis.spare_capacity)
+        for model, analysis in sorted(figures.models.items()):
+            if str(analysis.analyzer) != "queueing-model":
+                continue
+            variants = analysis.analysis.get("variants")
+            for name, figures_of in sorted((variants or {}).items()):
+                for parameter in ("alpha", "beta", "gamma"):
+                    value = figures_of.get(parameter)
+                    if isinstance(value, int | float):
+                        families["qm_parameter"].add_metric([model.namespace, name, parameter, *extra], value)
+                rate = figures_of.get("max_rps_per_replica")
+                if isinstance(rate, int | float):
+                    families["qm_max_rps"].add_metric([model.namespace, name, *extra], rate)
         for accelerator, pool in sorted(figures.gpu_pools.items()):
             families["gpus_allocatable"].add_metric([accelerator, *extra], pool.allocatable_gpus)
             families["gpus_used"].add_metric([accelerator, *extra], pool.used_gpus)

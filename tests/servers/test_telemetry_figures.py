@@ -54,3 +54,22 @@ async def test_figures_disappear_when_replaced(harness: TelemetryHarness) -> Non
     scrape = await harness.scrape()
     assert "wva_model_required_capacity" not in scrape
     assert "wva_gpus_used" not in scrape
+
+
+async def test_queueing_model_parameters_and_lambda_star(harness: TelemetryHarness) -> None:
+    analysis = {
+        "slo": {"target_ttft_ms": 400, "target_itl_ms": 40, "source": "explicit"},
+        "variants": {
+            "v-h100": {"alpha": 20.1, "beta": 0.081, "gamma": 0.0002, "max_rps_per_replica": 7.3},
+            "v-l4": {"alpha": None, "beta": None, "gamma": None, "max_rps_per_replica": 0.0},
+        },
+    }
+    harness.store.publish_figures(
+        CycleFigures({MODEL: ModelAnalysis(MODEL, AnalyzerName.QUEUEING_MODEL, analysis, 1.0, 0.0, "rps")}, {}, {})
+    )
+    scrape = await harness.scrape()
+    params = scrape["wva_queueing_model_parameter_ms"]
+    assert params[labels(namespace="llm", variant_name="v-h100", parameter="alpha")] == 20.1
+    assert params[labels(namespace="llm", variant_name="v-h100", parameter="gamma")] == 0.0002
+    assert not any(("variant_name", "v-l4") in k for k in params)  # nothing learned: no made-up series
+    assert scrape["wva_queueing_model_max_rps_per_replica"][labels(namespace="llm", variant_name="v-h100")] == 7.3
