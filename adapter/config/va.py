@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -32,7 +32,7 @@ from adapter.domain.snapshot import (
     VariantSpec,
     VariantStatus,
 )
-from adapter.domain.timefmt import parse_rfc3339_s
+from adapter.domain.timefmt import format_rfc3339, parse_rfc3339_s
 
 GROUP = "llmd.ai"
 VERSION = "v1alpha1"
@@ -184,3 +184,77 @@ def status_from_dict(raw: Mapping[str, Any]) -> VariantStatus:
         recommendation=recommendation,
         learned=dict(learned) if isinstance(learned, Mapping) else {},
     )
+
+
+# ---- rendering status (the inverse of status_from_dict; used by the k8s writer and the flight recorder) ----
+
+_REASON: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_WORD: Final = re.compile(r"[A-Za-z0-9]+")
+REASON_MAX_CHARS: Final = 1024
+MESSAGE_MAX_CHARS: Final = 32768
+
+
+def condition_reason(text: str) -> str:
+    """A valid metav1.Condition reason: `text` if it already is one, else its words in CamelCase
+    ("metrics missing" → "MetricsMissing"); never empty ("Unknown")."""
+    if _REASON.fullmatch(text) and len(text) <= REASON_MAX_CHARS:
+        return text
+    camel = "".join(word[:1].upper() + word[1:] for word in _WORD.findall(text)).lstrip("0123456789")
+    return camel[:REASON_MAX_CHARS] or "Unknown"
+
+
+def status_to_dict(status: VariantStatus, *, previous: Mapping[str, Any] | None = None, now_s: float) -> dict[str, Any]:
+    """The CRD's `status` for `status`. `previous` is the stored status (for lastTransitionTime); `now_s`
+    stamps conditions that change without a time of their own. Inverse of `adapter.config.va.status_from_dict`
+    for whole-second times."""
+    out: dict[str, Any] = {}
+    desired = status.desired
+    if desired is not None:
+        alloc: dict[str, Any] = {
+            "numReplicas": desired.num_replicas,
+            "lastRunTime": format_rfc3339(desired.last_run_time_s),
+            "reason": desired.reason,
+        }
+        if desired.last_update_s is not None:
+            alloc["lastUpdate"] = format_rfc3339(desired.last_update_s)
+        if desired.accelerator:
+            alloc["accelerator"] = desired.accelerator
+        out["desiredOptimizedAlloc"] = alloc
+    if status.applied is not None:
+        out["actuation"] = {"applied": status.applied}
+    if status.conditions:
+        stored = {
+            c.get("type"): c
+            for c in ((previous or {}).get("conditions") or [])
+            if isinstance(c, Mapping) and c.get("type")
+        }
+        conditions: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for condition in status.conditions:
+            kind = str(condition.type)
+            if kind in seen:  # a list-map keyed by type: the API rejects duplicates
+                continue
+            seen.add(kind)
+            value = "True" if condition.status else "False"
+            old = stored.get(kind)
+            if old is not None and old.get("status") == value and old.get("lastTransitionTime"):
+                transition = str(old["lastTransitionTime"])
+            else:
+                at_s = condition.last_transition_s if condition.last_transition_s is not None else now_s
+                transition = format_rfc3339(at_s)
+            conditions.append(
+                {
+                    "type": kind,
+                    "status": value,
+                    "reason": condition_reason(condition.reason),
+                    "message": condition.message[:MESSAGE_MAX_CHARS],
+                    "lastTransitionTime": transition,
+                }
+            )
+        out["conditions"] = conditions
+    if status.recommendation is not None:
+        rec = status.recommendation
+        out["recommendation"] = {"lowerBound": rec.lower_bound, "target": rec.target, "upperBound": rec.upper_bound}
+    if status.learned:
+        out["learned"] = dict(status.learned)
+    return out
