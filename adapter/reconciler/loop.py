@@ -112,7 +112,7 @@ class Reconciler:
             if self._observer is not None:
                 self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
             return None
-        self._store.publish(result.decisions, now_s=now_s)
+        self._store.publish(servable(result.decisions, view), now_s=now_s)
         self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
         self._report_model_errors(result)
         await self._write_statuses(engine.statuses(result, snapshot), view)
@@ -169,7 +169,7 @@ class Reconciler:
         if not view.synced or self._leadership.is_leader:
             return
         self._state = engine.EngineState()  # a future leader term starts from VA status, like any leader
-        self._store.publish(decisions_from_status(view), now_s=self._clock())
+        self._store.publish(servable(decisions_from_status(view), view), now_s=self._clock())
         self._store.publish_figures(EMPTY_FIGURES)
         self.cycles += 1
 
@@ -292,3 +292,11 @@ class Reconciler:
                 log.exception("scale-from-zero poll failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self._options.wake_interval_s)
+
+
+def servable(decisions: Mapping[VariantKey, VariantDecision], view: ClusterView) -> dict[VariantKey, VariantDecision]:
+    """The decisions to serve: only those of VAs whose scale target exists. A number for a Deployment that does
+    not exist would be invented (upstream WVA skips such VAs); the VA's status still carries the decision and
+    TargetResolved=False, and the value appears as soon as the target does."""
+    resolved = {v.key for v in view.variants if v.target is not None}
+    return {key: decision for key, decision in decisions.items() if key in resolved}
