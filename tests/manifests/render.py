@@ -24,6 +24,7 @@ KUSTOMIZATIONS = (
     "manifests/examples",
     "manifests/examples/hpa",
     "manifests/examples/keda",
+    "manifests/overlays/e2e-loopback",  # test overlay of tests/e2e_k8s (docs/deployment.md)
 )
 
 
