@@ -31,9 +31,10 @@ from adapter.k8s.resources import CONFIGMAPS
 from adapter.k8s.status import StatusWriter
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.epp import EppScraper
-from adapter.metrics.queries import SATURATION_V1_QUERIES, QueryWindows
+from adapter.metrics.queries import ALL_QUERIES, QueryWindows
 from adapter.reconciler.loop import Reconciler, ReconcilerOptions
 from adapter.reconciler.ports import AlwaysLeader, Leadership
+from adapter.replay.recorder import FlightRecorder
 from adapter.servers.auth import (
     Authenticator,
     Authorizer,
@@ -148,7 +149,10 @@ async def _serve(
             ca_file=str(settings.prometheus_ca_file) if settings.prometheus_ca_file else None,
             insecure_skip_verify=settings.prometheus_insecure_skip_verify,
             client_cert=_client_cert(settings),
-            metrics=SATURATION_V1_QUERIES,  # what the implemented analyzer and enforcers read; half the cost
+            # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
+            # rates and latencies. V1-only collection (SATURATION_V1_QUERIES) costs half at 1,000 VAs
+            # (tests/bench_collect.py) but would starve the other analyzers.
+            metrics=ALL_QUERIES,
             windows=QueryWindows(saturation_s=settings.saturation_window_s),
         )
         stack.callback(collector.close)
@@ -170,6 +174,7 @@ async def _serve(
                 scale_to_zero_env="true" if settings.scale_to_zero else None,
             ),
             observer=telemetry,
+            recorder=_recorder(settings, telemetry),
         )
         authenticator, authorizer, client_ca = await _auth(settings, client)
         tls = serving_tls(
@@ -287,3 +292,17 @@ def run(settings: Settings, *, reload: Callable[[Mapping[str, str]], Settings] |
     except AdapterError as exc:
         log.error("%s", exc)
         return 2
+
+
+def _recorder(settings: Settings, telemetry: Telemetry) -> FlightRecorder | None:
+    """The flight recorder when `--record-dir` is set (the leader records; followers decide nothing)."""
+    if settings.record_dir is None:
+        return None
+    return FlightRecorder(
+        settings.record_dir,
+        max_bytes=settings.record_max_bytes,
+        controller_namespace=settings.controller_namespace,
+        scale_to_zero_env="true" if settings.scale_to_zero else None,
+        on_error=telemetry.record_recorder_error,
+        on_written=telemetry.record_recorder_written,
+    )

@@ -23,6 +23,7 @@ from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.decision import CycleResult
 from adapter.domain.errors import ConfigError
 from adapter.domain.snapshot import PodMetrics, VariantStatus
+from adapter.replay.recorder import FlightRecorder
 from adapter.sim import (
     Actuator,
     DiurnalArrivals,
@@ -121,6 +122,7 @@ class DemoWorld:
         configmaps: ConfigSet | None = None,
         fleet: SimulatedFleet | None = None,
         actuator: Actuator | None = None,
+        recorder: FlightRecorder | None = None,
     ) -> None:
         self.vas = list(vas)
         self.store = store
@@ -140,6 +142,7 @@ class DemoWorld:
         )
         self.last: CycleResult | None = None
         self._load: dict[str, tuple[float, float]] = {}
+        self.recorder = recorder
 
     def step_to(self, now_s: float) -> CycleResult | None:
         """Advance the world to `now_s`; returns the cycle result when the engine ran."""
@@ -147,7 +150,10 @@ class DemoWorld:
         ran: CycleResult | None = None
         if now_s >= self.next_engine_s:
             snapshot = self.fleet.snapshot(now_s, self.statuses)
+            before = self.state
             ran, self.state = engine.decide(snapshot, self.state, self.config, now_s)
+            if self.recorder is not None:
+                self.recorder.record(snapshot, ran, state_before=before, configmaps=self.config.configmaps.sources)
             self.store.publish(ran.decisions, now_s=now_s)
             self.statuses = {k.name: s for k, s in engine.statuses(ran, snapshot).items()}
             self._load = {

@@ -253,6 +253,8 @@ class ConfigSet:
     configmaps: Mapping[tuple[str, str], ParsedConfigMap[Any]] = field(default_factory=dict)
     scale_to_zero_env: str | None = None
     """The value of WVA_SCALE_TO_ZERO, read by the config edge (the core never reads env)."""
+    sources: tuple[tuple[str, str, Mapping[str, Any]], ...] = ()
+    """The raw (namespace, name, data) this set was parsed from (what the flight recorder saves)."""
 
     @classmethod
     def from_raw(
@@ -263,12 +265,9 @@ class ConfigSet:
         scale_to_zero_env: str | None = None,
     ) -> ConfigSet:
         """Build from (namespace, name, data) triples; unknown ConfigMap names are ignored."""
-        parsed = {
-            (ns, name): parse_configmap(namespace=ns, name=name, data=data)
-            for ns, name, data in raw
-            if name in _ENTRY_TYPES
-        }
-        return cls(controller_namespace, parsed, scale_to_zero_env)
+        kept = tuple((ns, name, data) for ns, name, data in raw if name in _ENTRY_TYPES)
+        parsed = {(ns, name): parse_configmap(namespace=ns, name=name, data=data) for ns, name, data in kept}
+        return cls(controller_namespace, parsed, scale_to_zero_env, kept)
 
     def errors(self) -> list[str]:
         return [e for key in sorted(self.configmaps) for e in self.configmaps[key].errors]

@@ -111,6 +111,8 @@ KNOBS: tuple[_Knob, ...] = (
         "duration",
         "EPP queue polling period for VAs at zero",
     ),
+    _Knob("record_dir", "--record-dir", "WVA_RECORD_DIR", "path", "flight recorder: save each cycle as a fixture"),
+    _Knob("record_max_bytes", "--record-max-bytes", "WVA_RECORD_MAX_BYTES", "int", "flight recorder ring size, bytes"),
     _Knob("epp_bearer_token", "--epp-bearer-token", "EPP_METRIC_READER_BEARER_TOKEN", "str", "token for EPP /metrics"),
     _Knob(
         "authentication_skip_lookup",
@@ -159,6 +161,9 @@ class Settings(BaseModel):
     scale_from_zero_interval_s: float = Field(default=0.1, gt=0)
     epp_bearer_token: str | None = None
     authentication_skip_lookup: bool = False
+    record_dir: Path | None = None
+    """Off by default: the leader writes each cycle as a wva-replay/v1 fixture into this directory (a ring)."""
+    record_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, le=1 << 40)
 
     @field_validator("prometheus_url")
     @classmethod

@@ -30,7 +30,15 @@ from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, VariantStatus
 from adapter.enforcer.scale_from_zero import is_idle, wake
 from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries
-from adapter.reconciler.ports import ClusterSource, CycleObserver, EppSource, Leadership, MetricsSource, StatusSink
+from adapter.reconciler.ports import (
+    ClusterSource,
+    CycleObserver,
+    CycleRecorder,
+    EppSource,
+    Leadership,
+    MetricsSource,
+    StatusSink,
+)
 from adapter.store import DecisionStore
 from adapter.store.decisions import EMPTY_FIGURES, CycleFigures
 
@@ -59,6 +67,7 @@ class Reconciler:
         store: DecisionStore,
         options: ReconcilerOptions,
         observer: CycleObserver | None = None,
+        recorder: CycleRecorder | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._cluster = cluster
@@ -69,6 +78,7 @@ class Reconciler:
         self._store = store
         self._options = options
         self._observer = observer
+        self._recorder = recorder
         self._clock = clock
         self._state = engine.EngineState()
         self._previous: dict[VariantKey, VariantDecision] = {}
@@ -106,6 +116,7 @@ class Reconciler:
             self._report_configmap_errors(configmaps)
             collection = await self._collect(view, configmaps)
             snapshot = build_snapshot(view, collection, now_s=now_s)
+            state_before = self._state
             result, self._state = engine.decide(snapshot, self._state, EngineConfig(configmaps=configmaps), now_s)
         except Exception:
             log.exception("engine cycle failed; serving the previous decisions")
@@ -114,6 +125,8 @@ class Reconciler:
             return None
         self._store.publish(servable(result.decisions, view), now_s=now_s)
         self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
+        if self._recorder is not None:
+            self._recorder.record(snapshot, result, state_before=state_before, configmaps=configmaps.sources)
         self._report_model_errors(result)
         await self._write_statuses(engine.statuses(result, snapshot), view)
         await self._mark_invalid(view)

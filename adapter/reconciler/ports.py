@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from adapter.domain.cluster import ClusterView, Collection, InferencePoolInfo, ModelQuery
-from adapter.domain.decision import VariantDecision
+from adapter.domain.decision import CycleResult, VariantDecision
 from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import VariantStatus
+from adapter.domain.snapshot import Snapshot, VariantStatus
+from adapter.engine import EngineState
 
 
 class ClusterSource(Protocol):
@@ -52,6 +53,19 @@ class CycleObserver(Protocol):
     def record_rejected(self, *, kind: str, reason: str) -> None:
         """One outside object newly rejected (counted once per object and message, not per cycle)."""
         ...
+
+
+class CycleRecorder(Protocol):
+    """The flight recorder: save one decided cycle (returns at once; never raises, never fails the cycle)."""
+
+    def record(
+        self,
+        snapshot: Snapshot,
+        result: CycleResult,
+        *,
+        state_before: EngineState,
+        configmaps: Iterable[tuple[str, str, Mapping[str, str]]],
+    ) -> None: ...
 
 
 class AlwaysLeader:

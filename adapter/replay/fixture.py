@@ -109,9 +109,18 @@ class FixtureExpectation(_Model):
     """Ours: when set, the decision's reason must contain this text."""
 
 
+class FixtureModelRef(_Model):
+    namespace: str = Field(min_length=1)
+    model_id: str = Field(min_length=1)
+
+
 class FixtureCycle(_Model):
     now: str
+    now_s: float | None = None
+    """Ours (flight recorder): the exact epoch seconds of `now` (which RFC 3339 gives to the second)."""
     prometheus: Literal["ok", "unavailable"] = "ok"
+    unavailable_models: list[FixtureModelRef] | None = None
+    """Ours: models whose collection failed while others succeeded (partial outage)."""
     scale_targets: list[FixtureScaleTarget] | None = None
     pods: list[FixturePod] = Field(default_factory=list)
     models: list[FixtureModel] | None = None
@@ -141,6 +150,10 @@ class Fixture(_Model):
     configmaps: list[FixtureConfigMap] = Field(default_factory=list)
     variant_autoscalings: list[dict[str, Any]] = Field(min_length=1)
     cycles: list[FixtureCycle] = Field(min_length=1)
+    engine_state: dict[str, Any] | None = None
+    """Ours (flight recorder): the engine's memory before the first cycle (`adapter.engine.state_to_json`)."""
+    scale_to_zero_env: str | None = None
+    """Ours (flight recorder): the recording process's WVA_SCALE_TO_ZERO; wins over the replaying process's."""
 
 
 def _json_path(loc: Sequence[int | str]) -> str:

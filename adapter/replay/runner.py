@@ -9,9 +9,11 @@ from adapter import engine
 from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.config.va import VariantAutoscaling
-from adapter.domain.ids import VariantKey
+from adapter.domain.errors import FixtureError
+from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import ModelTraffic, NodeGpus, ScaleTarget, Snapshot, VariantStatus, VariantView
 from adapter.domain.timefmt import format_rfc3339, parse_rfc3339_s
+from adapter.engine.state import StateFormatError, state_from_json
 from adapter.replay import fixture as fx
 
 RESULT_SCHEMA = "wva-replay-result/v1"
@@ -22,19 +24,19 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
     configmaps = ConfigSet.from_raw(
         fx.configmap_triples(fixture),
         controller_namespace=fixture.controller_namespace,
-        scale_to_zero_env=scale_to_zero_env,
+        scale_to_zero_env=fixture.scale_to_zero_env if fixture.scale_to_zero_env is not None else scale_to_zero_env,
     )
     config = EngineConfig(configmaps=configmaps)
     statuses: dict[VariantKey, VariantStatus] = {va.key: va.to_status() for va in vas}
     specs = {va.key: va.to_spec() for va in vas}
-    state = engine.EngineState()
+    state = initial_state(fixture)
     targets: dict[tuple[str, str], ScaleTarget] = {}
     models: dict[Any, ModelTraffic] = {}
     nodes: tuple[NodeGpus, ...] = ()
     cycles_out = []
     passed = True
     for cycle in fixture.cycles:
-        now_s = parse_rfc3339_s(cycle.now)
+        now_s = cycle.now_s if cycle.now_s is not None else parse_rfc3339_s(cycle.now)
         if cycle.scale_targets is not None:
             targets = {(t.namespace, t.name): fx.scale_target(t) for t in cycle.scale_targets}
         if cycle.models is not None:
@@ -56,6 +58,7 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
             models=models,
             nodes=nodes,
             metrics_available=cycle.prometheus == "ok",
+            unavailable_models=frozenset(ModelKey(m.namespace, m.model_id) for m in cycle.unavailable_models or ()),
         )
         result, state = engine.decide(snapshot, state, config, now_s)
         new_statuses = engine.statuses(result, snapshot)
@@ -85,6 +88,16 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
             }
         )
     return {"schema": RESULT_SCHEMA, "name": fixture.name, "cycles": cycles_out, "passed": passed}
+
+
+def initial_state(fixture: fx.Fixture) -> engine.EngineState:
+    """The fixture's recorded engine memory, or an empty one. Raises FixtureError at `$.engine_state…`."""
+    if fixture.engine_state is None:
+        return engine.EngineState()
+    try:
+        return state_from_json(fixture.engine_state, "$.engine_state")
+    except StateFormatError as exc:
+        raise FixtureError(exc.path, str(exc).removeprefix(f"{exc.path}: ")) from None
 
 
 def _mismatches(cycle: fx.FixtureCycle, decisions: Any) -> list[dict[str, Any]]:

@@ -233,6 +233,18 @@ class Telemetry:
             labelnames=("reason", *extra),
             registry=self.registry,
         )
+        self._recorded = Counter(
+            "wva_recorder_cycles_written",
+            "Cycles the flight recorder saved as replay fixtures.",
+            labelnames=extra,
+            registry=self.registry,
+        )
+        self._recorder_errors = Counter(
+            "wva_recorder_errors",
+            "Cycles the flight recorder could not save, by reason (the cycle itself is never failed).",
+            labelnames=("reason", *extra),
+            registry=self.registry,
+        )
         self._rejected = Counter(
             "wva_inputs_rejected",
             "Outside objects rejected (VariantAutoscalings, ConfigMap entries), once per object and problem.",
@@ -277,6 +289,14 @@ class Telemetry:
         for reason, count in (dropped or {}).items():
             if count > 0:
                 self._dropped.labels(reason, *self._extra_values).inc(count)
+
+    def record_recorder_written(self) -> None:
+        """The flight recorder wrote one cycle (called from its writer thread)."""
+        self._recorded.labels(*self._extra_values).inc()
+
+    def record_recorder_error(self, reason: str) -> None:
+        """The flight recorder could not write a cycle (disk-full, permission, read-only, io, busy, encode)."""
+        self._recorder_errors.labels(reason, *self._extra_values).inc()
 
     def record_rejected(self, *, kind: str, reason: str) -> None:
         """An outside object (a VA, a ConfigMap entry, …) newly rejected; `reason` is a small fixed vocabulary."""
