@@ -40,6 +40,27 @@ def _replay(args: argparse.Namespace) -> int:
     return 0 if all(r["passed"] for r in results) else 1
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from adapter.domain.ids import VariantKey
+    from adapter.replay import explain, fixture
+
+    try:
+        only = VariantKey.parse(args.va) if args.va else None
+    except ValueError as exc:
+        print(f"explain: --va: {exc}", file=sys.stderr)
+        return 2
+    try:
+        fx, vas = fixture.load(Path(args.fixture))
+    except FixtureError as exc:
+        print(f"{args.fixture}: invalid fixture: {exc}", file=sys.stderr)
+        return 2
+    if only is not None and only not in {va.key for va in vas}:
+        print(f"explain: {only} is not a VariantAutoscaling of {args.fixture}", file=sys.stderr)
+        return 2
+    print(explain.explain(fx, vas, only=only), end="")
+    return 0
+
+
 def _check_config(args: argparse.Namespace) -> int:
     from adapter.checkconfig import check_files
 
@@ -196,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--health-port", type=int, default=8081)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
+
+    explain_verb = verbs.add_parser("explain", help="a person-readable account of one recorded cycle")
+    explain_verb.add_argument(
+        "fixture", metavar="FIXTURE", help="a wva-replay/v1 fixture (e.g. from serve --record-dir)"
+    )
+    explain_verb.add_argument("--va", metavar="NS/NAME", help="only this VariantAutoscaling")
+    explain_verb.set_defaults(func=_explain)
 
     check = verbs.add_parser("check-config", help="validate VariantAutoscaling manifests and WVA ConfigMaps")
     check.add_argument("files", nargs="+", metavar="FILE")

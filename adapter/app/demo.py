@@ -23,6 +23,7 @@ from adapter.app.signals import stop_on_signals
 from adapter.app.world import DemoWorld, Row, load_vas, world_from_scenario
 from adapter.domain.decision import VariantDecision
 from adapter.domain.ids import VariantKey
+from adapter.replay.recorder import FlightRecorder
 from adapter.servers.auth import AllowAll
 from adapter.servers.external_metrics import build_external_metrics_app, start_https_server
 from adapter.servers.keda import start_keda_server
@@ -32,6 +33,9 @@ from adapter.sim.scenario import load as load_scenario
 from adapter.store import DecisionStore
 
 LOOPBACK = "127.0.0.1"
+
+DEMO_RECORD_MAX_BYTES = 64 * 1024 * 1024
+"""The demo's flight-recorder ring (oldest cycles deleted first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +126,8 @@ async def run_demo(
         if scenario
         else DemoWorld(vas, store=store, start_s=wall_start_s, seed=options.seed)
     )
+    # The demo records every cycle, like `serve --record-dir`: `wva-adapter explain out/demo/record/cycle-….json`.
+    world.recorder = FlightRecorder(options.out_dir / "record", max_bytes=DEMO_RECORD_MAX_BYTES)
     telemetry = Telemetry(store, clock=virtual_now)
     tls = serving_tls(
         cert_file=None,
@@ -210,6 +216,7 @@ def _print_banner(
         f"  kubectl --kubeconfig {kubeconfig} get --raw '/apis/external.metrics.k8s.io/v1beta1'\n"
         f"  kubectl --kubeconfig {kubeconfig} get --raw '{path}'\n"
         f"  curl -s http://{LOOPBACK}:{metrics_port}/metrics | grep ^wva_desired\n"
+        f"  wva-adapter explain $(ls {kubeconfig.parent}/record/cycle-*.json | tail -1)\n"
         f"Ctrl-C stops it{'' if options.duration_s <= 0 else f' (or after {options.duration_s:g} s)'}.\n",
         file=out,
         flush=True,

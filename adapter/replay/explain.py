@@ -1,0 +1,137 @@
+"""`wva-adapter explain FIXTURE [--va NS/NAME]`: one recorded cycle, told to a person.
+
+The account is built from the same replay the `replay` verb runs, so it states the same facts: per model, the
+inputs that mattered (per variant replicas, readiness, cost, bounds, pod figures), the analyzer's figures, the
+allocation, and per variant the path taken (optimizer, fallback, last resort, scale-from-zero), the rule that
+fired with its numbers (the reason) and the final count within its bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from adapter.domain.ids import VariantKey
+from adapter.replay import fixture as fx
+from adapter.replay import runner
+
+_FIGURES = (
+    ("total_supply", "supply"),
+    ("total_demand", "demand"),
+    ("utilization", "utilisation"),
+    ("required_capacity", "required"),
+    ("spare_capacity", "spare"),
+    ("total_arrival_rps", "arrival (req/s)"),
+    ("total_replicas", "replicas reporting"),
+    ("non_saturated_count", "not saturated"),
+    ("avg_spare_kv", "avg spare KV"),
+    ("avg_spare_queue", "avg spare queue"),
+    ("should_scale_up", "scale-up triggered"),
+    ("scale_down_safe", "scale-down safe"),
+)
+
+
+def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None = None) -> str:
+    result = runner.run(fixture, list(vas))
+    specs = {va.key: va.to_spec() for va in vas}
+    lines: list[str] = [f"{fixture.name or '(unnamed fixture)'}"]
+    targets: dict[tuple[str, str], fx.FixtureScaleTarget] = {}
+    for index, (cycle, out) in enumerate(zip(fixture.cycles, result["cycles"], strict=True)):
+        lines.append("")
+        lines.append(f"Cycle {index + 1} at {out['now']} — Prometheus {cycle.prometheus}")
+        pods_by_variant: dict[str, list[fx.FixturePod]] = {}
+        for pod in cycle.pods:
+            pods_by_variant.setdefault(f"{pod.namespace}/{pod.variant}", []).append(pod)
+        if cycle.scale_targets is not None:  # a cycle without them inherits the previous cycle's, as replay does
+            targets = {(t.namespace, t.name): t for t in cycle.scale_targets}
+        for model_key, model in out["models"].items():
+            keys = [k for k, spec in specs.items() if f"{k.namespace}/{spec.model_id}" == model_key]
+            if only is not None and only not in keys:
+                continue
+            lines.append(f"  Model {model_key} — analyzer {model['analyzer']}")
+            lines.append("    Inputs:")
+            for key in sorted(keys):
+                spec = specs[key]
+                target = targets.get((key.namespace, spec.target_name))
+                where = (
+                    f"replicas {target.replicas} (ready {target.ready_replicas})"
+                    if target
+                    else "scale target not found"
+                )
+                bounds = f"bounds [{spec.min_replicas}, {spec.max_replicas}]"
+                pods = _pod_summary(pods_by_variant.get(str(key), []))
+                lines.append(f"      {key.name}: {where}, cost {spec.cost:g}/h, {bounds}{pods}")
+            lines.extend(_analysis_lines(model["analysis"]))
+            lines.append("    Decisions:")
+            for key in sorted(keys):
+                if only is not None and key != only:
+                    continue
+                d = out["decisions"].get(str(key))
+                if d is None:
+                    continue
+                move = f"{d['current_replicas']} → {d['desired_replicas']}"
+                lines.append(f"      {key.name}: {move}  [{d['path']}]  {d['reason']}")
+                for note in d.get("notes", []):
+                    lines.append(f"        note: {note}")
+            for mismatch in out["mismatches"]:
+                lines.append(
+                    f"    ! recorded {mismatch['field']} {mismatch['expected']!r}, replayed {mismatch['actual']!r}"
+                )
+    verdict = (
+        "the replay reproduces the recorded decisions" if result["passed"] else "the replay DIFFERS from the record"
+    )
+    lines.append("")
+    lines.append(f"Replay check: {verdict}.")
+    return "\n".join(lines) + "\n"
+
+
+def _pod_summary(pods: Sequence[fx.FixturePod]) -> str:
+    if not pods:
+        return "; no pod reports metrics"
+    kv = [p.metrics.kv_cache_usage for p in pods if p.metrics.kv_cache_usage is not None]
+    queue = [p.metrics.queue_length for p in pods if p.metrics.queue_length is not None]
+    rate = [p.metrics.arrival_rate_rps for p in pods if p.metrics.arrival_rate_rps is not None]
+    parts = [f"{len(pods)} pod(s) reporting"]
+    if kv:
+        parts.append(f"KV {min(kv):.2f}–{max(kv):.2f}")
+    if queue:
+        parts.append(f"queue {min(queue):g}–{max(queue):g}")
+    if rate:
+        parts.append(f"arrival {sum(rate):.3g} req/s")
+    return "; " + ", ".join(parts)
+
+
+def _analysis_lines(analysis: Mapping[str, Any]) -> list[str]:
+    lines = []
+    figures = [f"{label} {_fmt(analysis[key])}" for key, label in _FIGURES if key in analysis]
+    if "reason" in analysis:
+        lines.append(f"    No analysis: {analysis['reason']}")
+    if figures:
+        lines.append("    Analysis: " + ", ".join(figures))
+    slo = analysis.get("slo")
+    if isinstance(slo, Mapping):
+        lines.append(
+            f"    SLO: TTFT {slo.get('target_ttft_ms')} ms, ITL {slo.get('target_itl_ms')} ms ({slo.get('source')})"
+        )
+    variants = analysis.get("variants")
+    if isinstance(variants, Mapping):
+        for name, figs in sorted(variants.items()):
+            if isinstance(figs, Mapping):
+                shown = ", ".join(f"{k} {_fmt(v)}" for k, v in figs.items() if v is not None)
+                lines.append(f"      {name}: {shown}")
+    allocation = analysis.get("allocation")
+    if isinstance(allocation, Mapping):
+        unmet = allocation.get("unmet_capacity")
+        lines.append(
+            f"    Allocation: {allocation.get('optimizer')} → {dict(allocation.get('targets', {}))}"
+            + (f", unmet {_fmt(unmet)}" if unmet else "")
+        )
+    return lines
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
