@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from .controlplane import REPO, ControlPlane
+from .controlplane import CONTROLLER_NS, REPO, ControlPlane, ExternalCluster
 
 APISERVICE = "v1beta1.external.metrics.k8s.io"
 EM_GROUP, EM_VERSION = "external.metrics.k8s.io", "v1beta1"
@@ -52,7 +52,7 @@ def until(what: str, check: Callable[[], str | None], *, timeout_s: float, every
 
 @dataclass
 class Kube:
-    plane: ControlPlane
+    plane: ControlPlane | ExternalCluster
     api: k8s.ApiClient = field(init=False)
 
     def __post_init__(self) -> None:
@@ -111,8 +111,14 @@ class Kube:
         """A token for the ServiceAccount from the TokenRequest API (`kubectl create token`), as a pod would get."""
         return self.kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").stdout.strip()
 
-    def point_apiservice(self, *, port: int, ca_pem: bytes) -> None:
-        """The run-time half of the overlay: the adapter's port behind the ExternalName Service and its CA."""
+    def point_apiservice(self, *, port: int, ca_pem: bytes, host: str = "127.0.0.1") -> None:
+        """The run-time half of the overlay: the adapter's port behind the ExternalName Service and its CA (and,
+        for a cluster in containers, the host address instead of 127.0.0.1)."""
+        if host != "127.0.0.1":
+            service = {"spec": {"externalName": host}}
+            self.kubectl(
+                "patch", "service", "wva-adapter", "-n", CONTROLLER_NS, "--type=merge", "-p", json.dumps(service)
+            )
         patch = {"spec": {"service": {"port": port}, "caBundle": base64.b64encode(ca_pem).decode()}}
         self.kubectl("patch", "apiservice", APISERVICE, "--type=merge", "-p", json.dumps(patch))
 

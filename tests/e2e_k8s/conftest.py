@@ -12,6 +12,7 @@ processes, routes the APIService to them, and cleans up (also on failure).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -24,14 +25,22 @@ import requests
 
 from .adapter import AdapterProcess
 from .cluster import VA_GROUP, VA_PLURAL, VA_VERSION, Kube, until
-from .controlplane import ADAPTER_SA, CONTROLLER_NS, ControlPlane, write_token_kubeconfig
+from .controlplane import (
+    ADAPTER_SA,
+    CONTROLLER_NS,
+    ControlPlane,
+    ExternalCluster,
+    adapter_host,
+    write_token_kubeconfig,
+)
 from .node import FileSdPrometheus, LoopbackService, LoopThread, Node
 
 
 @pytest.fixture(scope="session")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane | ExternalCluster]:
     workdir = tmp_path_factory.mktemp("control-plane")
-    control_plane = ControlPlane(workdir)
+    control_plane: ControlPlane | ExternalCluster
+    control_plane = ExternalCluster(workdir) if os.environ.get("WVA_E2E_KUBECONFIG") else ControlPlane(workdir)
     print(f"\n[e2e-k8s] control plane under {workdir} (logs: {control_plane.logs})")
     try:
         control_plane.start()
@@ -52,7 +61,7 @@ def loop() -> Iterator[LoopThread]:
 
 
 @pytest.fixture(scope="session")
-def kube(plane: ControlPlane) -> Iterator[Kube]:
+def kube(plane: ControlPlane | ExternalCluster) -> Iterator[Kube]:
     client = Kube(plane)
     try:
         client.install_adapter_manifests()
@@ -63,9 +72,9 @@ def kube(plane: ControlPlane) -> Iterator[Kube]:
 
 @pytest.fixture(scope="session")
 def service(kube: Kube, loop: LoopThread) -> Iterator[LoopbackService]:
-    loopback = LoopbackService()
+    loopback = LoopbackService(host=adapter_host())
     loop.run(loopback.start())
-    kube.point_apiservice(port=loopback.port, ca_pem=kube.plane.pki.adapter_ca.read_bytes())
+    kube.point_apiservice(port=loopback.port, ca_pem=kube.plane.pki.adapter_ca.read_bytes(), host=adapter_host())
     try:
         yield loopback
     finally:
@@ -122,7 +131,7 @@ class Env:
     adapters: list[AdapterProcess] = field(default_factory=list)
 
     @property
-    def plane(self) -> ControlPlane:
+    def plane(self) -> ControlPlane | ExternalCluster:
         return self.kube.plane
 
     def create_namespace(self, *, hpa: bool = True, patches: list[dict[str, Any]] | None = None) -> None:

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -425,3 +427,72 @@ class ControlPlane:
     def stop(self) -> None:
         for component in reversed(self.components):
             component.stop()
+
+
+# ------------------------------------------------------------------------------------------ an existing cluster
+
+
+@dataclass
+class ExternalCluster:
+    """The same interface as `ControlPlane` for a cluster that already runs (`make e2e-kind`, hack/e2e-kind.sh).
+
+    `$WVA_E2E_KUBECONFIG` is its admin kubeconfig (client-certificate auth, as kind writes it);
+    `$WVA_E2E_PKI_DIR` holds copies of the node's `ca.crt`, `ca.key` (to sign the tests' users mallory and
+    carol), `front-proxy-ca.crt`, `front-proxy-client.crt` and `front-proxy-client.key`. The adapter's serving
+    CA and certificate are generated as for the local control plane. Nothing is started or stopped here.
+    """
+
+    workdir: Path
+    bins: dict[str, Path] = field(default_factory=require_binaries)
+    startup_s: dict[str, float] = field(default_factory=dict)
+    components: list[Component] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.logs = self.workdir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        source = Path(os.environ["WVA_E2E_KUBECONFIG"])
+        config = yaml.safe_load(source.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        user = config["users"][0]["user"]
+        self.url = str(cluster["server"])
+        pki_dir = Path(os.environ["WVA_E2E_PKI_DIR"])
+        generated = make_pki(self.workdir / "pki")  # adapter serving CA/cert (and throw-away cluster parts)
+        admin = Pair(self.workdir / "pki" / "admin.crt", self.workdir / "pki" / "admin.key")
+        admin.cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+        admin.key.write_bytes(base64.b64decode(user["client-key-data"]))
+        ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
+        ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+        self.pki = Pki(
+            directory=generated.directory,
+            ca=pki_dir / "ca.crt",
+            apiserver=generated.apiserver,
+            admin=admin,
+            front_proxy_ca=pki_dir / "front-proxy-ca.crt",
+            front_proxy_client=Pair(pki_dir / "front-proxy-client.crt", pki_dir / "front-proxy-client.key"),
+            sa_key=generated.sa_key,
+            sa_pub=generated.sa_pub,
+            adapter_ca=generated.adapter_ca,
+            adapter_serving=generated.adapter_serving,
+            _cluster_ca=CertificateAuthority(ca_cert, ca_key),  # type: ignore[arg-type]  # RSA signs the same way
+        )
+        self.admin_kubeconfig = write_kubeconfig(
+            self.workdir / "admin.kubeconfig", server=self.url, ca=self.pki.ca, client=admin, user="admin"
+        )
+
+    kubeconfig_for = ControlPlane.kubeconfig_for
+    admin_ssl_context = ControlPlane.admin_ssl_context
+
+    def start(self) -> None:
+        print(f"[e2e-k8s] using the running cluster at {self.url} ($WVA_E2E_KUBECONFIG)")
+
+    def assert_running(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+def adapter_host() -> str:
+    """Where the aggregator reaches the tests' adapters: 127.0.0.1 for the local control plane; for a cluster in
+    containers (kind) the host's address on their network, `$WVA_E2E_ADAPTER_HOST`."""
+    return os.environ.get("WVA_E2E_ADAPTER_HOST", "127.0.0.1")

@@ -277,6 +277,7 @@ def _ready(pod: dict[str, Any]) -> bool:
 class LoopbackService:
     """A TCP forwarder on 127.0.0.1 standing in for the adapter's Service (see the module docstring)."""
 
+    host: str = "127.0.0.1"
     backends: list[int] = field(default_factory=list)
     port: int = 0
     connections: dict[int, int] = field(default_factory=dict)
@@ -286,7 +287,7 @@ class LoopbackService:
     _pipes: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, self.host, 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
     async def set_backends(self, ports: list[int]) -> None:
