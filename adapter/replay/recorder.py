@@ -311,8 +311,7 @@ class FlightRecorder:
                 os.fsync(handle.fileno())
             os.replace(temporary, self.directory / name)
             self.stats.written += 1
-            if self._on_written is not None:
-                self._on_written()
+            self._notify(self._on_written)
             self._trim()
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -331,10 +330,20 @@ class FlightRecorder:
             path.unlink(missing_ok=True)
             total -= sizes[path]
 
+    def _notify(self, callback: Callable[[], None] | None) -> None:
+        """Telemetry callbacks run in the writer thread; their failure is logged, never raised there."""
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception:
+            log.exception("flight recorder: a telemetry callback failed")
+
     def _error(self, reason: str, message: str) -> None:
         self.stats.errors[reason] = self.stats.errors.get(reason, 0) + 1
-        if self._on_error is not None:
-            self._on_error(reason)
+        on_error = self._on_error
+        if on_error is not None:
+            self._notify(lambda: on_error(reason))
         if message not in self._logged:
             self._logged.add(message)
             log.warning("flight recorder: %s (not failing the cycle; logged once)", message)

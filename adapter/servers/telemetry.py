@@ -292,7 +292,7 @@ class Telemetry:
 
     def record_recorder_written(self) -> None:
         """The flight recorder wrote one cycle (called from its writer thread)."""
-        self._recorded.labels(*self._extra_values).inc()
+        (self._recorded.labels(*self._extra_values) if self._extra_values else self._recorded).inc()
 
     def record_recorder_error(self, reason: str) -> None:
         """The flight recorder could not write a cycle (disk-full, permission, read-only, io, busy, encode)."""

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from adapter.k8s import resources as r
+from adapter.replay import fixture, runner
 from tests.e2e_prometheus.prom import PrometheusProcess, Target
 from tests.k8s import builders as b
 from tests.metrics.emulators import MetricsServer, VllmPod
@@ -124,6 +125,7 @@ async def test_load_to_served_replicas_through_real_prometheus_with_an_outage(
         prometheus_url=prometheus.url,
         tls=tls,
         saturation_window_s=2.0,  # --saturation-window: a drop in load shows within two scrapes
+        record_dir=tmp_path / "record",  # the flight recorder: every cycle must replay to the same decisions
     )
     serve = await Serve.start("serve", settings, tls.ca_pem)
     ep = serve.endpoints
@@ -134,6 +136,15 @@ async def test_load_to_served_replicas_through_real_prometheus_with_an_outage(
         await _scenario(serve, cluster, prometheus, fleet, out)
         assert await serve.stop() == 0, "serve exited non-zero after a clean stop"
         out.say("serve stopped cleanly (exit 0)")
+        recorded = sorted((tmp_path / "record").glob("cycle-*.json"))
+        replayed = [runner.run(*fixture.load(path)) for path in recorded]
+        unavailable = sum(
+            1 for r, p in zip(replayed, recorded, strict=True) if '"prometheus": "unavailable"' in p.read_text()
+        )
+        out.say(f"flight recorder: {len(recorded)} cycles recorded ({unavailable} during the outage)")
+        assert len(recorded) >= 5
+        assert unavailable >= 1
+        assert [r["name"] for r in replayed if not r["passed"]] == []
     finally:
         if not serve.task.done():
             await serve.stop()

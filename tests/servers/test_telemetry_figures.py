@@ -73,3 +73,15 @@ async def test_queueing_model_parameters_and_lambda_star(harness: TelemetryHarne
     assert params[labels(namespace="llm", variant_name="v-h100", parameter="gamma")] == 0.0002
     assert not any(("variant_name", "v-l4") in k for k in params)  # nothing learned: no made-up series
     assert scrape["wva_queueing_model_max_rps_per_replica"][labels(namespace="llm", variant_name="v-h100")] == 7.3
+
+
+@pytest.mark.parametrize("instance", ["", "ctrl-a"], ids=["no-instance-label", "instance-label"])
+async def test_recorder_counters(instance: str) -> None:
+    async for h in _harness(controller_instance=instance):
+        h.telemetry.record_recorder_written()
+        h.telemetry.record_recorder_written()
+        h.telemetry.record_recorder_error("disk-full")
+        scrape = await h.scrape()
+        extra = {"controller_instance": instance} if instance else {}
+        assert scrape["wva_recorder_cycles_written_total"] == {labels(**extra): 2.0}
+        assert scrape["wva_recorder_errors_total"] == {labels(reason="disk-full", **extra): 1.0}
