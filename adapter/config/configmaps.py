@@ -67,6 +67,8 @@ class SaturationEntry(_Entry):
     scale_down_boundary: float | None = Field(default=None, alias="scaleDownBoundary", gt=0, le=1)
     enable_limiter: bool | None = Field(default=None, alias="enableLimiter")
     optimizer: Literal["", "greedy", "exact"] | None = None
+    scale_down_floor: Literal["", "recommender"] | None = Field(default=None, alias="scaleDownFloor")
+    """Ours: "recommender" never scales the model below the recommender's short-history lower bound."""
     """Ours: "exact" allocates with one MILP for all models instead of the greedy optimizers."""
     priority: float | None = Field(default=None, ge=0)
     transition_timeout: str | None = Field(default=None, alias="transitionTimeout")
@@ -129,6 +131,7 @@ class SaturationConfig:
     scale_down_boundary: float = 0.70
     enable_limiter: bool = False
     optimizer: str = ""
+    scale_down_floor: str = ""
     priority: float = 1.0
     transition_timeout_s: float = 300.0
 

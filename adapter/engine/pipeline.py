@@ -24,6 +24,7 @@ from adapter.domain.capacity import CapacitySignal
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
+from adapter.engine import recommend
 from adapter.engine.analyze import LEARNED_SECTION, ModelPlan, measure_model
 from adapter.engine.enforce import ModelOutcome, alloc_for, failsafe, finish, outcome_of
 from adapter.engine.state import EngineState
@@ -64,8 +65,12 @@ def decide(
         except Exception as exc:  # a bug for one model must not stop the others (issue 10)
             errors[model] = _describe(exc)
 
+    # 1b. remember: the recommender's histories; its optional floor on scale-down
+    recommended = recommend.observe(plans, state.recommender, now_s)
+    floored = {m: recommend.with_floor(p, recommended.histories) for m, p in plans.items()}
+
     # 2. allocate: every model's signal at once
-    signals = [p.signal for p in plans.values() if p.signal is not None]
+    signals = [s for s in floored.values() if s is not None]
     allocations = _allocate(signals, plans, snapshot, config)
 
     # 3. enforce and finish, per model
@@ -106,16 +111,16 @@ def decide(
             str(signal.unit) if signal else "",
         )
         for decision, alloc in finished:
-            decisions[decision.key] = decision
+            decisions[decision.key] = replace(decision, recommendation=recommended.recommendations.get(decision.key))
             new_allocations[decision.key] = alloc
 
     queueing = {k: v for k, v in state.queueing.items() if k in decisions}
-    learned: dict[VariantKey, dict[str, Any]] = {}
+    learned: dict[VariantKey, dict[str, Any]] = {k: dict(v) for k, v in recommended.learned.items()}
     for model, plan in plans.items():
         for name, filter_state in plan.learned.items():
             key = VariantKey(model.namespace, name)
             queueing[key] = filter_state
-            learned[key] = {LEARNED_SECTION: filter_state.to_json()}
+            learned.setdefault(key, {})[LEARNED_SECTION] = filter_state.to_json()
     result = CycleResult(
         now_s,
         decisions,
@@ -124,8 +129,11 @@ def decide(
         errors,
         _pool_usage(snapshot, decisions),
         learned,
+        dict(recommended.recommendations),
     )
-    return result, EngineState(new_allocations, not_reporting, state.tokens.updated(token_updates, now_s), queueing)
+    histories = {k: h for k, h in recommended.histories.items() if k in decisions}
+    tokens = state.tokens.updated(token_updates, now_s)
+    return result, EngineState(new_allocations, not_reporting, tokens, queueing, histories)
 
 
 class _Failed(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from adapter.analyzers.queueing.ekf import FilterState
@@ -12,6 +12,7 @@ from adapter.analyzers.saturation import NotReportingSince
 from adapter.analyzers.tokens import CapacityRecord, K2History, TokenMemory
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import DesiredAlloc
+from adapter.recommender.recommender import VariantHistory
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class EngineState:
     tokens: TokenMemory = field(default_factory=TokenMemory)
     """Token-based analyzer: k2 history and per-variant capacity (sizes variants at zero replicas)."""
     queueing: Mapping[VariantKey, FilterState] = field(default_factory=dict)
+    recommender: Mapping[VariantKey, VariantHistory] = field(default_factory=dict)
+    """The recommender's demand history per variant (checkpointed in VA status `learned.recommender`)."""
     """Queueing-model analyzer: each variant's learned (α, β, γ) filter. Also persisted in VA status
     (`learned.queueingModel`), which a new leader reads when this memory is empty."""
 
@@ -78,12 +81,15 @@ def state_to_json(state: EngineState) -> dict[str, Any]:
             },
         },
         "queueing": {str(k): f.to_json() for k, f in sorted(state.queueing.items())},
+        "recommender": {
+            str(k): {**h.checkpoint(), "checkpointed_s": h.checkpointed_s} for k, h in sorted(state.recommender.items())
+        },
     }
 
 
 def state_from_json(doc: Any, path: str = "$") -> EngineState:
     """Parse `state_to_json`'s form; any deviation raises StateFormatError naming the JSON path."""
-    top = _obj(doc, path, {"allocations", "not_reporting", "tokens", "queueing"})
+    top = _obj(doc, path, {"allocations", "not_reporting", "tokens", "queueing", "recommender"})
     allocations = {
         _key(k, f"{path}.allocations"): DesiredAlloc(
             num_replicas=_int(v, "num_replicas", p),
@@ -127,7 +133,19 @@ def state_from_json(doc: Any, path: str = "$") -> EngineState:
             queueing[_key(k, f"{path}.queueing")] = FilterState.from_json(raw)
         except ValueError as exc:
             raise StateFormatError(f"{path}.queueing[{k[:60]!r}]", str(exc)) from None
-    return EngineState(allocations, not_reporting, TokenMemory(history, capacity), queueing)
+    recommender = {}
+    for k, raw in _obj(top.get("recommender", {}), f"{path}.recommender").items():
+        where = f"{path}.recommender[{k[:60]!r}]"
+        entry = _obj(raw, where)
+        try:
+            restored = VariantHistory.restore(entry, now_s=0.0)
+        except ValueError as exc:
+            raise StateFormatError(where, str(exc)) from None
+        checkpointed = entry.get("checkpointed_s")
+        recommender[_key(k, f"{path}.recommender")] = replace(
+            restored, checkpointed_s=None if checkpointed is None else _num(entry, "checkpointed_s", where)
+        )
+    return EngineState(allocations, not_reporting, TokenMemory(history, capacity), queueing, recommender)
 
 
 def _obj(value: Any, path: str, allowed: set[str] | None = None) -> dict[str, Any]:

@@ -1,0 +1,166 @@
+"""A decaying histogram with exponential buckets, as the Kubernetes VPA recommender keeps one (seed 004).
+
+Buckets: bucket i covers [start_i, start_{i+1}) with
+
+    start_i = first · (ratio^i − 1) / (ratio − 1)        (first bucket width `first`, each next one `ratio` wider)
+
+Example (first 0.1 replica, ratio 1.05): starts 0, 0.1, 0.205, 0.31525, …; bucket 14 is [1.9599, 2.1579);
+176 buckets reach 10,000 replicas.
+
+Decay without touching stored weights: a sample at time t is added with weight 2^((t − reference) / half_life),
+so a sample one half-life older weighs half as much as a new one. When the exponent would exceed 100 the
+reference moves forward and every stored weight is scaled down once by the same factor (what the VPA's
+`shiftReferenceTimestamp` does), so weights stay finite forever.
+
+Percentile p: the smallest bucket whose cumulative weight reaches p · total; its *upper* boundary is returned
+(the last bucket returns its start), as the VPA does — an estimate errs on the side of more capacity.
+
+Memory is bounded: a fixed number of buckets (computed from `max_value`) whatever the number of samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MAX_DECAY_EXPONENT = 100.0
+EPSILON = 1e-10
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramOptions:
+    first_bucket: float = 0.1
+    ratio: float = 1.05
+    max_value: float = 10_000.0
+
+    def __post_init__(self) -> None:
+        for name, value in (("first_bucket", self.first_bucket), ("max_value", self.max_value)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"histogram {name} must be a finite number > 0, got {value!r}")
+        if not (math.isfinite(self.ratio) and self.ratio > 1):
+            raise ValueError(f"histogram ratio must be > 1, got {self.ratio!r}")
+
+    @property
+    def num_buckets(self) -> int:
+        return math.ceil(math.log(self.max_value * (self.ratio - 1) / self.first_bucket + 1, self.ratio)) + 1
+
+    def bucket_start(self, index: int) -> float:
+        return self.first_bucket * (self.ratio**index - 1) / (self.ratio - 1)
+
+    def find_bucket(self, value: float) -> int:
+        if value < self.first_bucket:
+            return 0
+        index = int(math.log(value * (self.ratio - 1) / self.first_bucket + 1, self.ratio))
+        return min(max(index, 0), self.num_buckets - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class DecayingHistogram:
+    """Sparse weights by bucket index; immutable: `add` returns a new histogram."""
+
+    options: HistogramOptions
+    half_life_s: float
+    reference_s: float
+    weights: Mapping[int, float]
+
+    @classmethod
+    def empty(cls, options: HistogramOptions, half_life_s: float, reference_s: float) -> DecayingHistogram:
+        if not (math.isfinite(half_life_s) and half_life_s > 0):
+            raise ValueError(f"half-life must be > 0 s, got {half_life_s!r}")
+        return cls(options, half_life_s, reference_s, {})
+
+    @property
+    def total_weight(self) -> float:
+        return sum(self.weights.values())
+
+    @property
+    def is_empty(self) -> bool:
+        return self.total_weight < EPSILON
+
+    def add(self, value: float, now_s: float, weight: float = 1.0) -> DecayingHistogram:
+        """The histogram with one more sample. Non-finite or negative values are ignored."""
+        if not (math.isfinite(value) and value >= 0 and math.isfinite(weight) and weight > 0):
+            return self
+        hist = self
+        if (now_s - self.reference_s) / self.half_life_s > MAX_DECAY_EXPONENT:
+            hist = self._shifted(now_s)
+        factor = 2.0 ** ((now_s - hist.reference_s) / hist.half_life_s)
+        index = hist.options.find_bucket(value)
+        weights = dict(hist.weights)
+        weights[index] = weights.get(index, 0.0) + weight * factor
+        return DecayingHistogram(hist.options, hist.half_life_s, hist.reference_s, weights)
+
+    def _shifted(self, now_s: float) -> DecayingHistogram:
+        """Move the reference to `now_s` (whole half-lives), scaling stored weights by 2^(−Δ/half_life)."""
+        steps = math.floor((now_s - self.reference_s) / self.half_life_s)
+        new_reference = self.reference_s + steps * self.half_life_s
+        scale = 2.0 ** (-steps)
+        weights = {i: w * scale for i, w in self.weights.items() if w * scale > EPSILON}
+        return DecayingHistogram(self.options, self.half_life_s, new_reference, weights)
+
+    def percentile(self, p: float) -> float:
+        """The value below which a fraction p of the (decayed) weight lies; 0 for an empty histogram."""
+        total = self.total_weight
+        if total < EPSILON:
+            return 0.0
+        threshold = min(max(p, 0.0), 1.0) * total
+        cumulative = 0.0
+        last = self.options.num_buckets - 1
+        for index in sorted(self.weights):
+            cumulative += self.weights[index]
+            if cumulative >= threshold - EPSILON * total:
+                return self.options.bucket_start(index + 1) if index < last else self.options.bucket_start(index)
+        return self.options.bucket_start(max(self.weights))
+
+    # ---- checkpoint -------------------------------------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Compact JSON: reference time, half-life, options, and the non-zero buckets."""
+        return {
+            "reference_s": self.reference_s,
+            "half_life_s": self.half_life_s,
+            "first_bucket": self.options.first_bucket,
+            "ratio": self.options.ratio,
+            "max_value": self.options.max_value,
+            "buckets": {str(i): w for i, w in sorted(self.weights.items())},
+        }
+
+    @classmethod
+    def restore(cls, doc: Any) -> DecayingHistogram:
+        """Inverse of `checkpoint`; ValueError for anything else."""
+        if not isinstance(doc, Mapping):
+            raise ValueError("histogram checkpoint must be an object")
+        options = HistogramOptions(_num(doc, "first_bucket"), _num(doc, "ratio"), _num(doc, "max_value"))
+        buckets = doc.get("buckets")
+        if not isinstance(buckets, Mapping):
+            raise ValueError("histogram checkpoint buckets must be an object")
+        weights: dict[int, float] = {}
+        for key in buckets:
+            if not (isinstance(key, str) and key.isdigit() and int(key) < options.num_buckets):
+                raise ValueError(f"histogram bucket {str(key)[:20]!r} out of range")
+            weight = _num(buckets, key)
+            if weight < 0:
+                raise ValueError("histogram weights must be >= 0")
+            weights[int(key)] = weight
+        hist = cls.empty(options, _num(doc, "half_life_s"), _num(doc, "reference_s"))
+        return DecayingHistogram(hist.options, hist.half_life_s, hist.reference_s, weights)
+
+
+def _num(doc: Mapping[str, Any], key: str) -> float:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{key} must be a finite number")
+    return float(value)
+
+
+def merge_order_independent(
+    samples: Sequence[tuple[float, float]], options: HistogramOptions, half_life_s: float, reference_s: float
+) -> DecayingHistogram:
+    """A histogram of (value, time) samples (a helper for tests and backfills): the result does not depend
+    on the order of samples that share a time."""
+    hist = DecayingHistogram.empty(options, half_life_s, reference_s)
+    for value, at in sorted(samples, key=lambda s: (s[1], s[0])):
+        hist = hist.add(value, at)
+    return hist
