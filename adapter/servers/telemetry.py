@@ -116,6 +116,11 @@ class _DecisionCollector:
                 "GPUs the served decisions ask for, per accelerator type.",
                 labels=["accelerator_type", *extra],
             ),
+            "recommendation": GaugeMetricFamily(
+                "wva_recommendation_replicas",
+                "The recommender's replica bounds for the variant (bound: lower, target, upper).",
+                labels=[*VARIANT_LABELS, "bound", *extra],
+            ),
             "qm_parameter": GaugeMetricFamily(
                 "wva_queueing_model_parameter_ms",
                 "Learned queueing-model service parameters per variant (alpha ms/iteration, beta and gamma ms/token).",
@@ -150,6 +155,10 @@ class _DecisionCollector:
             families["ratio"].add_metric(variant, d.desired_ratio)
             families["optimized"].add_metric([*brief[:2], d.path.value, *extra], d.desired_replicas)
             families["age"].add_metric(brief, max(0.0, now_s - stored.decided_at_s))
+            rec = d.recommendation
+            if rec is not None:
+                for bound, value in (("lower", rec.lower_bound), ("target", rec.target), ("upper", rec.upper_bound)):
+                    families["recommendation"].add_metric([*variant[:4], bound, *extra], value)
         figures = self._reader.figures
         for model, analysis in sorted(figures.models.items()):
             labels = [model.namespace, model.model_id, str(analysis.analyzer), analysis.unit, *extra]

@@ -85,3 +85,24 @@ async def test_recorder_counters(instance: str) -> None:
         extra = {"controller_instance": instance} if instance else {}
         assert scrape["wva_recorder_cycles_written_total"] == {labels(**extra): 2.0}
         assert scrape["wva_recorder_errors_total"] == {labels(reason="disk-full", **extra): 1.0}
+
+
+async def test_recommendation_bounds_per_variant(harness: TelemetryHarness) -> None:
+    from dataclasses import replace
+
+    from adapter.domain.snapshot import Recommendation
+
+    from ._keda_support import decision
+
+    harness.store.publish(
+        {d.key: d for d in [replace(decision("a", desired=3), recommendation=Recommendation(2, 3, 6)), decision("b")]},
+        now_s=0,
+    )
+    scrape = await harness.scrape()
+    series = scrape["wva_recommendation_replicas"]
+    base = {"variant_name": "a", "namespace": "llm", "model_id": "meta/llama-3.1-8b", "accelerator_type": "H100"}
+    assert series == {
+        labels(**base, bound="lower"): 2.0,
+        labels(**base, bound="target"): 3.0,
+        labels(**base, bound="upper"): 6.0,
+    }
