@@ -61,6 +61,50 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recommend(args: argparse.Namespace) -> int:
+    """Rows of (namespace/name, model, lower, target, upper, desired) from a cluster or from fixtures."""
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    if args.fixtures:
+        from adapter.replay import fixture, runner
+
+        for path in args.fixtures:
+            try:
+                fx, vas = fixture.load(Path(path))
+            except FixtureError as exc:
+                print(f"{path}: invalid fixture: {exc}", file=sys.stderr)
+                return 2
+            models = {str(va.key): va.to_spec().model_id for va in vas}
+            last = runner.run(fx, vas)["cycles"][-1]["decisions"]
+            for key, d in sorted(last.items()):
+                rec = d.get("recommendation") or {}
+                rows.append(
+                    (
+                        key,
+                        models.get(key, "?"),
+                        *(str(rec.get(k, "-")) for k in ("lower_bound", "target", "upper_bound")),
+                        str(d["desired_replicas"]),
+                    )
+                )
+    else:
+        import asyncio
+
+        from adapter.k8s.status_reader import read_recommendations
+
+        try:
+            found = asyncio.run(read_recommendations(kubeconfig=args.kubeconfig, namespace=args.namespace))
+        except AdapterError as exc:
+            print(f"recommend: {exc}", file=sys.stderr)
+            return 2
+        for key, model, rec, desired in found:
+            cells = ("-", "-", "-") if rec is None else (str(rec.lower_bound), str(rec.target), str(rec.upper_bound))
+            rows.append((key, model, *cells, "-" if desired is None else str(desired)))
+    header = ("VARIANT", "MODEL", "LOWER", "TARGET", "UPPER", "DESIRED")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
 def _check_config(args: argparse.Namespace) -> int:
     from adapter.checkconfig import check_files
 
@@ -224,6 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain_verb.add_argument("--va", metavar="NS/NAME", help="only this VariantAutoscaling")
     explain_verb.set_defaults(func=_explain)
+
+    rec = verbs.add_parser("recommend", help="the recommender's lower / target / upper replicas per variant")
+    rec.add_argument("--fixture", dest="fixtures", action="append", metavar="FILE", help="from a replay fixture")
+    rec.add_argument("--kubeconfig", help="from a cluster: read the VAs' status.recommendation")
+    rec.add_argument("--namespace", help="only this namespace (cluster mode)")
+    rec.set_defaults(func=_recommend)
 
     check = verbs.add_parser("check-config", help="validate VariantAutoscaling manifests and WVA ConfigMaps")
     check.add_argument("files", nargs="+", metavar="FILE")

@@ -76,6 +76,17 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
                         "analyzer": str(d.analyzer),
                         "path": str(d.path),
                         "last_update": _last_update(new_statuses[key]),
+                        **(
+                            {
+                                "recommendation": {
+                                    "lower_bound": d.recommendation.lower_bound,
+                                    "target": d.recommendation.target,
+                                    "upper_bound": d.recommendation.upper_bound,
+                                }
+                            }
+                            if d.recommendation is not None
+                            else {}
+                        ),
                         **({"notes": list(d.notes)} if d.notes else {}),
                     }
                     for key, d in sorted(result.decisions.items())
