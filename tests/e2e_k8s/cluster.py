@@ -135,13 +135,22 @@ class Kube:
         self.kubectl("patch", "apiservice", APISERVICE, "--type=merge", "-p", json.dumps(patch))
 
     def wait_apiservice_available(self, timeout_s: float = 60) -> float:
+        """Until the APIService is Available and discovery through the aggregator is answered (by the adapter
+        now behind the Service: the condition alone may still be True from the previous test's adapter)."""
         self.nudge_apiservice()
+        url = f"{self.plane.url}/apis/{EM_GROUP}/{EM_VERSION}"
 
         def available() -> str | None:
             status, why = self.apiservice_available()
-            return None if status == "True" else f"Available={status} ({why})"
+            if status != "True":
+                return f"Available={status} ({why})"
+            try:
+                answer = self.http.get(url, timeout=5)
+            except requests.RequestException as exc:
+                return f"discovery through the aggregator: {exc!r}"
+            return None if answer.status_code == 200 else f"discovery through the aggregator: HTTP {answer.status_code}"
 
-        return until(f"APIService {APISERVICE} Available=True", available, timeout_s=timeout_s, every_s=0.3)
+        return until(f"APIService {APISERVICE} available and answering", available, timeout_s=timeout_s, every_s=0.2)
 
     def namespace_from_examples(
         self, workdir: Path, namespace: str, *, hpa: bool = True, patches: Sequence[dict[str, Any]] = ()

@@ -264,8 +264,32 @@ def wait_for(what: str, probe: object, *, component: Component, timeout_s: float
     pytest.fail(f"{component.name}: {what} not reached within {timeout_s:g} s:\n{component.tail()}", pytrace=False)
 
 
+class _Clients:
+    """What tests need of either control plane: kubeconfigs and TLS contexts for its users."""
+
+    workdir: Path
+    url: str
+    pki: Pki
+
+    def kubeconfig_for(self, user: str, *groups: str) -> Path:
+        """A kubeconfig for an x509 user of the cluster CA (CN = user, O = groups)."""
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", user)
+        return write_kubeconfig(
+            self.workdir / f"{stem}.kubeconfig",
+            server=self.url,
+            ca=self.pki.ca,
+            client=self.pki.client_cert(user, *groups),
+            user=stem,
+        )
+
+    def admin_ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.ca))
+        context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
+        return context
+
+
 @dataclass
-class ControlPlane:
+class ControlPlane(_Clients):
     """etcd + kube-apiserver + kube-controller-manager on free 127.0.0.1 ports, under `workdir`."""
 
     workdir: Path
@@ -289,22 +313,6 @@ class ControlPlane:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
-
-    def kubeconfig_for(self, user: str, *groups: str) -> Path:
-        """A kubeconfig for an x509 user of the cluster CA (CN = user, O = groups)."""
-        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", user)
-        return write_kubeconfig(
-            self.workdir / f"{stem}.kubeconfig",
-            server=self.url,
-            ca=self.pki.ca,
-            client=self.pki.client_cert(user, *groups),
-            user=stem,
-        )
-
-    def admin_ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.pki.ca))
-        context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
-        return context
 
     def _component(self, name: str, argv: list[str]) -> Component:
         component = Component(name, argv, self.logs / f"{name}.log")
@@ -433,7 +441,7 @@ class ControlPlane:
 
 
 @dataclass
-class ExternalCluster:
+class ExternalCluster(_Clients):
     """The same interface as `ControlPlane` for a cluster that already runs (`make e2e-kind`, hack/e2e-kind.sh).
 
     `$WVA_E2E_KUBECONFIG` is its admin kubeconfig (client-certificate auth, as kind writes it);
@@ -478,9 +486,6 @@ class ExternalCluster:
         self.admin_kubeconfig = write_kubeconfig(
             self.workdir / "admin.kubeconfig", server=self.url, ca=self.pki.ca, client=admin, user="admin"
         )
-
-    kubeconfig_for = ControlPlane.kubeconfig_for
-    admin_ssl_context = ControlPlane.admin_ssl_context
 
     def start(self) -> None:
         print(f"[e2e-k8s] using the running cluster at {self.url} ($WVA_E2E_KUBECONFIG)")
