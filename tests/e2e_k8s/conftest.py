@@ -12,6 +12,7 @@ processes, routes the APIService to them, and cleans up (also on failure).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -269,7 +270,8 @@ def env(
     adapter_kubeconfig: Path,
     tmp_path: Path,
 ) -> Iterator[Env]:
-    namespace = "e2e-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    namespace = f"e2e-{slug}-{hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]}"
     world = Env(kube, loop, node, service, prometheus, adapter_kubeconfig, tmp_path, namespace)
     try:
         yield world

@@ -1,5 +1,6 @@
-"""HA on a real Lease: two `wva-adapter serve --leader-elect` processes behind the APIService's Service; SIGKILL the
-leader (no graceful release: a crashed pod or a lost node); the follower takes the Lease once it expires.
+"""HA on a real Lease: two `wva-adapter serve --leader-elect` processes behind the APIService's Service. SIGKILL the
+leader (no graceful release: a crashed pod or a lost node) and the follower takes the Lease once it expires;
+SIGTERM it (a rollout) and the leader releases the Lease on its way out, so the follower takes it at its next try.
 
 Lease 4 s, renew deadline 3 s, retry 0.5 s. Both replicas sit behind the loopback Service (round robin per
 connection, like kube-proxy); the follower serves what it reads from the VA status it watches, so the value
@@ -90,7 +91,14 @@ def _holder(env: Env) -> str:
 
 
 @pytest.mark.timeout(180)
-def test_sigkill_the_leader_and_the_follower_takes_over_while_the_value_stays_served(env: Env) -> None:
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param("SIGKILL", id="sigkill"),  # a crash: the Lease is left to expire
+        pytest.param("SIGTERM", id="sigterm"),  # a rollout: serve releases the Lease on the way out
+    ],
+)
+def test_the_leader_goes_and_the_follower_takes_over_while_the_value_stays_served(env: Env, how: str) -> None:
     env.create_namespace(hpa=False)
     env.set_demand(0.4)
     env.wait_scraped(2)
@@ -116,8 +124,11 @@ def test_sigkill_the_leader_and_the_follower_takes_over_while_the_value_stays_se
     try:
         time.sleep(2.0)  # steady state on record: both replicas answer through the Service
         killed_at = time.monotonic()
-        leader.kill()
-        print(f"[ha] SIGKILL {leader.name} (pid {leader.proc and leader.proc.pid})")
+        if how == "SIGKILL":
+            leader.kill()
+        else:
+            assert leader.stop() == 0, leader.tail()
+        print(f"[ha] {how} {leader.name}: exited after {time.monotonic() - killed_at:.2f}s")
 
         def took_over() -> str | None:
             mine = follower.identity()
@@ -126,7 +137,7 @@ def test_sigkill_the_leader_and_the_follower_takes_over_while_the_value_stays_se
 
         until("the follower to hold the Lease", took_over, timeout_s=LEASE_S + 4 * RETRY_S + 5, every_s=0.05)
         takeover_s = time.monotonic() - killed_at
-        print(f"[ha] {follower.name} holds the Lease {takeover_s:.2f}s after the SIGKILL (lease duration {LEASE_S:g}s)")
+        print(f"[ha] {follower.name} holds the Lease {takeover_s:.2f}s after the {how} (lease duration {LEASE_S:g}s)")
 
         env.set_demand(2.7)
 
@@ -143,7 +154,7 @@ def test_sigkill_the_leader_and_the_follower_takes_over_while_the_value_stays_se
     failures = poller.failures()
     values = sorted({v for _, code, v, _ in poller.reads if code == 200})
     print(
-        f"[ha] FIGURES {len(poller.reads)} reads through the aggregator over "
+        f"[ha] FIGURES ({how}) {len(poller.reads)} reads through the aggregator over "
         f"{poller.reads[-1][0] - poller.reads[0][0]:.1f}s: values {values}, {len(failures)} without the value; "
         f"longest gap between reads with the value {gap_s:.2f}s (starting {gap_at - killed_at:+.2f}s from the kill); "
         f"take-over {takeover_s:.2f}s; Service connections per replica {env.service.connections}"
