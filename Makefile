@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PB_DIR := adapter/servers/_keda_pb
 PB_STAMP := $(PB_DIR)/externalscaler_pb2.py
 
-.PHONY: install run test unit lint bench proto clean fmt prometheus e2e-bins e2e e2e-kind
+.PHONY: install run test unit lint bench bench-sim proto clean fmt prometheus e2e-bins e2e e2e-kind
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP) $(PB_STAMP)
@@ -66,6 +66,10 @@ test: lint unit e2e
 
 bench: install
 	$(BIN)/python -m tests.bench
+
+# The decision-quality benchmark: every policy on every workload -> docs/benchmarks/decision-quality.md
+bench-sim: install
+	$(BIN)/python -m tests.bench_sim
 
 fmt: install
 	$(BIN)/ruff format adapter tests

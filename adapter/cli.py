@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from adapter import __version__
 from adapter.config.settings import Settings, add_flags
@@ -103,6 +104,35 @@ def _recommend(args: argparse.Namespace) -> int:
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from adapter.sim import scenario as scenario_module
+    from adapter.sim import simulate as sim
+
+    try:
+        scenario = scenario_module.load(Path(args.scenario))
+        policy = args.policy or scenario.policy
+        result = sim.simulate(scenario, policy=policy, seed=args.seed, progress=sim.progress_bar())
+    except ConfigError as exc:
+        print(f"simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.out:
+        png = sim.plot(result, scenario, Path(args.out) / f"{scenario.name}-{policy}.png")
+        print(f"simulate: plot written to {png}", file=sys.stderr)
+    print(json.dumps(result.summary, indent=2))
+    return 0
+
+
+def _add_simulate(verbs: Any) -> None:
+    simulate = verbs.add_parser("simulate", help="a scenario in closed loop on a virtual clock, against an oracle")
+    simulate.add_argument("--scenario", required=True, metavar="FILE", help="simulation scenario YAML (DESIGN §3.3)")
+    simulate.add_argument(
+        "--policy", help="wva-v1 | wva-v2 | wva-slo | hpa-kv | keda-queue | static (default: the scenario's)"
+    )
+    simulate.add_argument("--out", metavar="DIR", help="write a PNG plot here")
+    simulate.add_argument("--seed", type=int, default=0)
+    simulate.set_defaults(func=_simulate)
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -268,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain_verb.add_argument("--va", metavar="NS/NAME", help="only this VariantAutoscaling")
     explain_verb.set_defaults(func=_explain)
+
+    _add_simulate(verbs)
 
     rec = verbs.add_parser("recommend", help="the recommender's lower / target / upper replicas per variant")
     rec.add_argument("--fixture", dest="fixtures", action="append", metavar="FILE", help="from a replay fixture")

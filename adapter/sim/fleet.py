@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -264,6 +264,28 @@ class _Pod:
 
 
 @dataclass(frozen=True, slots=True)
+class PodScrape:
+    """One pod's /metrics as one scrape reads it (the sample's own `t_s` is the replica's clock; the scrape
+    instant is passed separately, as Prometheus stamps samples with the scrape time)."""
+
+    pod: str
+    variant: str
+    sample: ScrapeSample
+    num_gpu_blocks: int
+    block_size: int
+
+
+class ScrapeSink(Protocol):
+    """Receives every scrape round (e.g. `adapter.sim.metricspath.SeriesStore`, the simulated Prometheus).
+
+    Ready and draining pods are scraped (a terminating vLLM still serves /metrics until it exits); starting
+    pods are not (the server is not up yet). The EPP's flow-control queue is scraped in the same round.
+    """
+
+    def scrape(self, t_s: float, pods: Sequence[PodScrape], *, epp_queue_size: int, epp_queue_bytes: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     name: str
     variant: str
@@ -307,6 +329,8 @@ class FleetUsage:
     dropped_by_reason: Mapping[str, int]
     in_flight: int
     preemptions: int
+    cold_starts: int = 0
+    """Pods started after the fleet's start (each waited its startup time before serving)."""
 
     @property
     def gpu_hours(self) -> float:
@@ -388,8 +412,12 @@ class TimelinePoint:
 class SimulatedFleet:
     """See the module docstring. All times are absolute seconds on the fleet's virtual clock."""
 
-    def __init__(self, config: FleetConfig, workload: Iterable[Request] = ()) -> None:
+    def __init__(
+        self, config: FleetConfig, workload: Iterable[Request] = (), *, scrape_sink: ScrapeSink | None = None
+    ) -> None:
         self.config = config
+        self._sink = scrape_sink
+        self._cold_starts = 0
         self.model = ModelKey(config.namespace, config.model_id)
         self._variants = config.variants
         self._index = {v.name: i for i, v in enumerate(self._variants)}
@@ -431,6 +459,8 @@ class SimulatedFleet:
                 self._start_pod(pod, config.start_s, startup_s=0.0)
                 self._make_ready(pod, config.start_s)
             self._max_live[vi] = variant.initial_replicas
+        if scrape_sink is not None:  # Prometheus has been scraping the initial pods all along
+            self._emit_scrape(config.start_s)
 
     # ---------------------------------------------------------------- read-only views
 
@@ -695,6 +725,7 @@ class SimulatedFleet:
             dropped_by_reason=reasons,
             in_flight=self._arrived - completed - dropped,
             preemptions=preemptions,
+            cold_starts=self._cold_starts,
         )
 
     def outcomes(self) -> RequestOutcomes:
@@ -752,6 +783,7 @@ class SimulatedFleet:
                 if cap is not None and self._gpus_in_use(v.accelerator) + v.gpus_per_replica > cap:
                     break
                 self._start_pod(pod, now, startup_s=v.startup.sample_s(self._rng))
+                self._cold_starts += 1
 
     def _start_pod(self, pod: _Pod, now: float, *, startup_s: float) -> None:
         pod.state = PodState.STARTING
@@ -921,6 +953,8 @@ class SimulatedFleet:
                         pod.ring.popleft()
                     queue += sample.queue_length
                     running += sample.running
+        if self._sink is not None:
+            self._emit_scrape(now)
         self._success_ring.append((now, len(self._c_done)))
         horizon = now - self.config.retention_s - 2 * self.config.scrape_interval_s
         while len(self._success_ring) > 1 and self._success_ring[1][0] <= horizon:
@@ -940,6 +974,28 @@ class SimulatedFleet:
                 queue_length=queue,
                 running=running,
             )
+        )
+
+
+    def _emit_scrape(self, now: float) -> None:
+        assert self._sink is not None
+        scraped = []
+        for pods in self._pods:
+            for pod in pods:
+                replica = pod.replica
+                if replica is not None and (pod.state is PodState.READY or pod.state is PodState.DRAINING):
+                    perf = replica.perf
+                    scraped.append(
+                        PodScrape(
+                            pod.name, self._variants[pod.variant].name, replica.sample(), perf.num_gpu_blocks,
+                            perf.block_size,
+                        )
+                    )  # fmt: skip
+        self._sink.scrape(
+            now,
+            scraped,
+            epp_queue_size=len(self._epp),
+            epp_queue_bytes=sum(r.input_tokens for r in self._epp) * EPP_BYTES_PER_TOKEN,
         )
 
 

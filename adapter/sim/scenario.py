@@ -91,6 +91,9 @@ def parse(raw: Any, *, base_dir: Path) -> Scenario:
             raise ValueError(f"{key}: required")
     namespace = str(raw.get("namespace", "default"))
     FleetConfig.from_scenario(raw)  # validates variants[] and metrics with key-naming errors
+    if not isinstance(raw["workload"], Mapping):
+        raise ValueError("workload: must be a mapping (a trace or a synthetic generator)")
+    workload_from_spec(raw["workload"], base_dir=base_dir, duration_s=None)  # key-naming errors now, not mid-run
     vas = tuple(_va(v, model_id=str(raw["model_id"]), namespace=namespace) for v in raw["variants"])
     slo = _section(raw, "slo")
     duration = raw.get("duration_s")

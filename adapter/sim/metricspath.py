@@ -1,0 +1,334 @@
+"""The simulated Prometheus: a time-series store of the fleet's scrapes, answering the collector's queries.
+
+The engine must see only what the real collector would see. So the fleet is *scraped* (every
+`scrape_interval_s`, into `SeriesStore`, under vLLM's and the EPP's metric names), and each query of a cycle
+(`adapter.metrics.queries.build_queries`) is answered from the stored samples the way Prometheus evaluates it.
+The answers have the shape of `data.result` of an instant query, `[{"metric": {labels}, "value": [t, "0.5"]}]`,
+and go through the collector's own `assemble` (digest → join) into the `Collection` the reconciler turns into
+the engine's `Snapshot` (`adapter.app.simulate` wires it; this package may not import `adapter.metrics`).
+
+What is answered, by query name (the values of `QueryName`), at evaluation time t over a window w:
+
+| query                      | series (per pod unless said)                       | evaluation                         |
+|----------------------------|----------------------------------------------------|------------------------------------|
+| kv_cache_usage             | vllm:kv_cache_usage_perc                           | max_over_time[w]                   |
+| queue_length               | vllm:num_requests_waiting                          | max_over_time[w]                   |
+| num_requests_running       | vllm:num_requests_running                          | instant (latest sample)            |
+| cache_config_info          | vllm:cache_config_info{num_gpu_blocks,block_size}  | instant, value 1                   |
+| avg_input/output_tokens    | vllm:request_{prompt,generation}_tokens_sum/_count | rate(sum[w]) / rate(count[w])      |
+| prefix_cache_hit_rate      | vllm:prefix_cache_{hits,queries}_total             | rate / rate (the sim caches nothing: 0) |
+| avg_ttft, avg_itl          | vllm:time_to_first_token_seconds, inter_token_…    | rate(sum[w]) / rate(count[w])      |
+| scheduler_dispatch_rate    | llm_d_epp_scheduler_attempts_total{pod_name}       | rate[w]                            |
+| scheduler_queue_size/bytes | llm_d_epp_flow_control_queue_{size,bytes} (model)  | instant                            |
+| model_request_count        | vllm:request_success_total, summed per model       | increase[retention] (gone pods too)|
+
+Prometheus semantics kept: a range selects samples in (t − w, t] (Prometheus 3's left-open ranges);
+`rate`/`increase` need two samples and extrapolate as Prometheus' `extrapolatedRate` does (below); a ratio
+whose denominator did not move is NaN (0/0) or +Inf, which the collector drops and counts, exactly as it
+does with a real Prometheus; an instant selector reads the newest sample within the 5-minute look-back of a
+series whose target is still scraped (a pod that is gone is stale at once, as with Prometheus' staleness
+markers), while range functions still see a gone pod's samples inside their window.
+
+`extrapolatedRate` (Prometheus promql/functions.go), for samples (t₁, v₁) … (tₙ, vₙ) in the range [s, e]:
+
+    Δ = vₙ − v₁ (+ counter resets)      sampled = tₙ − t₁       avg = sampled / (n − 1)
+    to_start = t₁ − s  (for a counter, at most sampled·v₁/Δ: it cannot extrapolate below zero)
+    to_end   = e − tₙ
+    each side extends the interval by its distance when that is < 1.1·avg, else by avg / 2
+    increase = Δ · extended / sampled          rate = increase / (e − s)
+
+Worked example: scrapes every 15 s at t = 15, 30, 45, 60 with a counter 0, 30, 60, 90, evaluated at t = 60
+over 1m: samples in (0, 60] are all four; Δ = 90, sampled = 45, avg = 15; to_start = 15 but the zero bound
+gives 45·0/90 = 0, so + 0; to_end = 0 < 16.5, so + 0 ⇒ increase = 90, rate = 90/60 = 1.5 per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapter.sim.fleet import PodScrape
+from adapter.sim.replica import ScrapeSample
+
+LOOKBACK_S = 300.0
+"""Prometheus' default look-back delta for instant selectors."""
+EPP_MODEL_LABEL = "wva_model_id"
+"""The synthetic label the collector's EPP queries put the effective model into (adapter.metrics.queries)."""
+
+Vector = list[dict[str, Any]]
+"""An instant vector as `data.result` of Prometheus' HTTP API carries it."""
+
+
+@dataclass(slots=True)
+class _Series:
+    """One pod's scraped samples, oldest first."""
+
+    variant: str
+    num_gpu_blocks: int
+    block_size: int
+    samples: deque[tuple[float, ScrapeSample]]
+
+
+def _fmt(value: float) -> str:
+    """A sample value as Prometheus' JSON writes it: `"0.5"`, `"NaN"`, `"+Inf"`."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def extrapolated_delta(points: Sequence[tuple[float, float]], *, start_s: float, end_s: float, counter: bool) -> float:
+    """Prometheus' `increase` over [start_s, end_s] from ≥ 2 samples (see the module docstring).
+
+    Example: [(15, 0), (30, 30), (45, 60), (60, 90)] over [0, 60] ⇒ 90.0.
+    """
+    if len(points) < 2:
+        raise ValueError("extrapolation needs at least two samples")
+    first_t, first_v = points[0]
+    last_t, last_v = points[-1]
+    delta = last_v - first_v
+    if counter:
+        previous = first_v
+        for _, value in points[1:]:
+            if value < previous:  # a reset: the counter restarted from zero
+                delta += previous
+            previous = value
+    sampled = last_t - first_t
+    if sampled <= 0:
+        raise ValueError("extrapolation needs samples at two different times")
+    average = sampled / (len(points) - 1)
+    to_start = first_t - start_s
+    to_end = end_s - last_t
+    if counter and delta > 0 and first_v >= 0:
+        to_start = min(to_start, sampled * (first_v / delta))
+    threshold = average * 1.1
+    extended = sampled
+    extended += to_start if to_start < threshold else average / 2
+    extended += to_end if to_end < threshold else average / 2
+    return delta * extended / sampled
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    """Float division as PromQL does it: x/0 is ±Inf, 0/0 NaN."""
+    if denominator == 0:
+        if numerator == 0:
+            return math.nan
+        return math.inf if numerator > 0 else -math.inf
+    return numerator / denominator
+
+
+_GAUGE: Mapping[str, Callable[[ScrapeSample], float]] = {
+    "kv_cache_usage": lambda s: s.kv_cache_usage,
+    "queue_length": lambda s: float(s.queue_length),
+}
+_HISTOGRAM_MEAN: Mapping[str, tuple[Callable[[ScrapeSample], float], Callable[[ScrapeSample], float]]] = {
+    # vLLM observes prompt and generation lengths once per finished request
+    "avg_input_tokens": (lambda s: float(s.prompt_tokens), lambda s: float(s.successes)),
+    "avg_output_tokens": (lambda s: float(s.generation_tokens), lambda s: float(s.successes)),
+    "avg_ttft": (lambda s: s.ttft_sum_s, lambda s: float(s.ttft_count)),
+    "avg_itl": (lambda s: s.itl_sum_s, lambda s: float(s.itl_count)),
+    # no prefix caching in the simulated replica: hits stay 0 while queried prompt tokens grow
+    "prefix_cache_hit_rate": (lambda s: 0.0, lambda s: float(s.prompt_tokens)),
+}
+ANSWERED_QUERIES = frozenset(
+    {
+        *_GAUGE,
+        *_HISTOGRAM_MEAN,
+        "num_requests_running",
+        "cache_config_info",
+        "scheduler_dispatch_rate",
+        "scheduler_queue_size",
+        "scheduler_queue_bytes",
+        "model_request_count",
+    }
+)
+"""Every query name `SeriesStore.answer` evaluates (tests check it covers every `QueryName`)."""
+
+
+class SeriesStore:
+    """Prometheus' TSDB for one simulated model: scraped by the fleet (`ScrapeSink`), queried by name.
+
+    `keep_s` bounds memory: samples older than the longest window any query uses are dropped (the default,
+    15 minutes, covers the 10-minute scale-to-zero retention window of `model_request_count`).
+    """
+
+    def __init__(self, *, namespace: str, model_id: str, keep_s: float = 900.0) -> None:
+        if keep_s <= 0:
+            raise ValueError(f"keep_s must be > 0, got {keep_s}")
+        self.namespace = namespace
+        self.model_id = model_id
+        self.keep_s = keep_s
+        self._series: dict[str, _Series] = {}
+        self._epp: deque[tuple[float, int, int]] = deque()
+        self._last_round_s = -math.inf
+        self._present: frozenset[str] = frozenset()
+        self.rounds = 0
+
+    # ---------------------------------------------------------------- ingestion (the scrape)
+
+    def scrape(self, t_s: float, pods: Sequence[PodScrape], *, epp_queue_size: int, epp_queue_bytes: int) -> None:
+        for pod in pods:
+            series = self._series.get(pod.pod)
+            if series is None:
+                series = _Series(pod.variant, pod.num_gpu_blocks, pod.block_size, deque())
+                self._series[pod.pod] = series
+            series.samples.append((t_s, pod.sample))
+        self._epp.append((t_s, epp_queue_size, epp_queue_bytes))
+        self._present = frozenset(p.pod for p in pods)
+        self._last_round_s = t_s
+        self.rounds += 1
+        self._expire(t_s - self.keep_s)
+
+    def _expire(self, cutoff_s: float) -> None:
+        gone = []
+        for name, series in self._series.items():
+            samples = series.samples
+            while samples and samples[0][0] <= cutoff_s:
+                samples.popleft()
+            if not samples:
+                gone.append(name)
+        for name in gone:
+            del self._series[name]
+        while len(self._epp) > 1 and self._epp[0][0] <= cutoff_s:
+            self._epp.popleft()
+
+    # ---------------------------------------------------------------- selectors
+
+    def _window(self, series: _Series, now_s: float, window_s: float) -> list[tuple[float, ScrapeSample]]:
+        start = now_s - window_s
+        return [(t, s) for t, s in series.samples if start < t <= now_s]
+
+    def _instant(self, name: str, series: _Series, now_s: float) -> ScrapeSample | None:
+        if name not in self._present or now_s < self._last_round_s:
+            return None
+        for t, sample in reversed(series.samples):
+            if t <= now_s:
+                return sample if now_s - t <= LOOKBACK_S else None
+        return None
+
+    def latest(self, field: str, now_s: float) -> dict[str, tuple[str, float]]:
+        """`{pod: (variant, value)}` of an instant gauge selector (`kv_cache_usage` or `queue_length`) over
+        the pods scraped now: what a Prometheus-adapter or KEDA Prometheus trigger reads for the baselines."""
+        read = _GAUGE[field]
+        out: dict[str, tuple[str, float]] = {}
+        for name, series in self._series.items():
+            sample = self._instant(name, series, now_s)
+            if sample is not None:
+                out[name] = (series.variant, read(sample))
+        return out
+
+    def variants_of_pods(self) -> dict[str, str]:
+        return {name: s.variant for name, s in self._series.items()}
+
+    # ---------------------------------------------------------------- query evaluation
+
+    def _pod_labels(self, pod: str) -> dict[str, str]:
+        return {"namespace": self.namespace, "model_name": self.model_id, "pod": pod}
+
+    def _element(self, labels: dict[str, str], value: float, now_s: float) -> dict[str, Any]:
+        return {"metric": labels, "value": [now_s, _fmt(value)]}
+
+    def answer(self, query: str, *, now_s: float, window_s: float = 60.0) -> Vector:
+        """The instant vector query `query` (a `QueryName` value) evaluates to at `now_s`; `window_s` is its
+        range (for `model_request_count`, the retention window). Unknown names raise KeyError."""
+        if query not in ANSWERED_QUERIES:
+            raise KeyError(f"the simulated Prometheus does not answer {query!r}; it answers {sorted(ANSWERED_QUERIES)}")
+        if query in _GAUGE:
+            return self._max_over_time(_GAUGE[query], now_s, window_s)
+        if query in _HISTOGRAM_MEAN:
+            numerator, denominator = _HISTOGRAM_MEAN[query]
+            return self._rate_ratio(numerator, denominator, now_s, window_s)
+        if query == "num_requests_running":
+            return self._instant_vector(lambda s: float(s.running), now_s)
+        if query == "cache_config_info":
+            return self._cache_config(now_s)
+        if query == "scheduler_dispatch_rate":
+            return self._dispatch_rate(now_s, window_s)
+        if query in ("scheduler_queue_size", "scheduler_queue_bytes"):
+            return self._epp_queue(query == "scheduler_queue_size", now_s)
+        return self._request_count(now_s, window_s)
+
+    def _max_over_time(self, read: Callable[[ScrapeSample], float], now_s: float, window_s: float) -> Vector:
+        out = []
+        for name, series in sorted(self._series.items()):
+            points = self._window(series, now_s, window_s)
+            if points:
+                out.append(self._element(self._pod_labels(name), max(read(s) for _, s in points), now_s))
+        return out
+
+    def _instant_vector(self, read: Callable[[ScrapeSample], float], now_s: float) -> Vector:
+        out = []
+        for name, series in sorted(self._series.items()):
+            sample = self._instant(name, series, now_s)
+            if sample is not None:
+                out.append(self._element(self._pod_labels(name), read(sample), now_s))
+        return out
+
+    def _cache_config(self, now_s: float) -> Vector:
+        out = []
+        for name, series in sorted(self._series.items()):
+            if self._instant(name, series, now_s) is not None:
+                labels = self._pod_labels(name)
+                labels["num_gpu_blocks"] = str(series.num_gpu_blocks)
+                labels["block_size"] = str(series.block_size)
+                out.append(self._element(labels, 1.0, now_s))
+        return out
+
+    def _increase(
+        self, points: Sequence[tuple[float, ScrapeSample]], read: Callable[[ScrapeSample], float], now_s: float, w: float
+    ) -> float:
+        return extrapolated_delta([(t, read(s)) for t, s in points], start_s=now_s - w, end_s=now_s, counter=True)
+
+    def _rate_ratio(
+        self,
+        numerator: Callable[[ScrapeSample], float],
+        denominator: Callable[[ScrapeSample], float],
+        now_s: float,
+        window_s: float,
+    ) -> Vector:
+        out = []
+        for name, series in sorted(self._series.items()):
+            points = self._window(series, now_s, window_s)
+            if len(points) < 2:
+                continue
+            num = self._increase(points, numerator, now_s, window_s) / window_s
+            den = self._increase(points, denominator, now_s, window_s) / window_s
+            out.append(self._element(self._pod_labels(name), _ratio(num, den), now_s))
+        return out
+
+    def _dispatch_rate(self, now_s: float, window_s: float) -> Vector:
+        out = []
+        for name, series in sorted(self._series.items()):
+            points = self._window(series, now_s, window_s)
+            if len(points) < 2:
+                continue
+            rate = self._increase(points, lambda s: float(s.arrivals), now_s, window_s) / window_s
+            labels = {"namespace": self.namespace, "pod_name": name, EPP_MODEL_LABEL: self.model_id}
+            out.append(self._element(labels, rate, now_s))
+        return out
+
+    def _epp_queue(self, size: bool, now_s: float) -> Vector:
+        for t, queue_size, queue_bytes in reversed(self._epp):
+            if t <= now_s:
+                if now_s - t > LOOKBACK_S:
+                    return []
+                labels = {"namespace": self.namespace, EPP_MODEL_LABEL: self.model_id}
+                return [self._element(labels, float(queue_size if size else queue_bytes), now_s)]
+        return []
+
+    def _request_count(self, now_s: float, window_s: float) -> Vector:
+        total = 0.0
+        found = False
+        for series in self._series.values():
+            points = self._window(series, now_s, window_s)
+            if len(points) >= 2:
+                total += self._increase(points, lambda s: float(s.successes), now_s, window_s)
+                found = True
+        if not found:
+            return []
+        labels = {"namespace": self.namespace, "model_name": self.model_id}
+        return [self._element(labels, total, now_s)]
