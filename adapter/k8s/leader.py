@@ -163,9 +163,9 @@ class LeaderElector:
         record = _record(spec)
         if record != self._observed:
             self._observed, self._observed_at_s = record, now_s
-        holder = str(spec.get("holderIdentity") or "")
+        holder = lease_holder(spec)
         self.observed_holder = holder
-        duration_s = float(spec.get("leaseDurationSeconds") or opts.lease_duration_s)
+        duration_s = lease_duration_s(spec, default_s=opts.lease_duration_s)
         if holder and holder != self.identity and now_s - self._observed_at_s < duration_s:
             if self._leader:
                 self._stop_leading(f"the lease is now held by {holder}")
@@ -177,7 +177,7 @@ class LeaderElector:
             "leaseDurationSeconds": round(opts.lease_duration_s),
             "acquireTime": spec.get("acquireTime") if holder == self.identity else micro_time(wall_s),
             "renewTime": micro_time(wall_s),
-            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1),
+            "leaseTransitions": lease_transitions(spec) + (0 if holder == self.identity else 1),
         }
         if not renewed["acquireTime"]:
             renewed["acquireTime"] = micro_time(wall_s)
@@ -270,6 +270,30 @@ class LeaderElector:
         self._leader = False
         log.warning("stopped leading: %s", why)
         _call(self._on_stopped, "on_stopped_leading")
+
+
+MAX_LEASE_DURATION_S = 3600.0
+"""A holder may claim at most an hour: a record claiming more (or NaN, or text) reads as the default."""
+
+
+def lease_holder(spec: Mapping[str, Any]) -> str:
+    """`holderIdentity` as written by a well-behaved client: a string of at most 253 characters, else ""."""
+    holder = spec.get("holderIdentity")
+    return holder if isinstance(holder, str) and len(holder) <= 253 else ""
+
+
+def lease_duration_s(spec: Mapping[str, Any], *, default_s: float) -> float:
+    """`leaseDurationSeconds` when it is a number in [1 s, 1 h]; else our own duration. A hostile or broken
+    record can neither make the lease never expire nor crash the elector."""
+    value = spec.get("leaseDurationSeconds")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= MAX_LEASE_DURATION_S:
+        return default_s
+    return float(value)
+
+
+def lease_transitions(spec: Mapping[str, Any]) -> int:
+    value = spec.get("leaseTransitions")
+    return value if type(value) is int and 0 <= value < 2**31 else 0
 
 
 def _spec(lease: Mapping[str, Any]) -> dict[str, Any]:

@@ -361,3 +361,39 @@ def test_fixture_file_corpus(tmp_path: Path, name: str) -> None:
     with pytest.raises(FixtureError) as err:
         fixture.load(path)
     _bounded(str(err.value))
+
+
+# ---- Lease records ------------------------------------------------------------------------------------------
+
+
+@FUZZ
+@given(
+    st.dictionaries(
+        st.sampled_from(["holderIdentity", "leaseDurationSeconds", "leaseTransitions", "renewTime"]),
+        json_values,
+        max_size=4,
+    )
+)
+def test_lease_record_readers_never_raise_and_stay_in_range(spec: dict[str, Any]) -> None:
+    from adapter.k8s.leader import MAX_LEASE_DURATION_S, lease_duration_s, lease_holder, lease_transitions
+
+    duration = lease_duration_s(spec, default_s=15.0)
+    assert 1 <= duration <= MAX_LEASE_DURATION_S
+    assert isinstance(lease_holder(spec), str)
+    assert lease_transitions(spec) >= 0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param(float("inf"), 15.0, id="inf"),
+        pytest.param(float("nan"), 15.0, id="nan"),
+        pytest.param("60", 15.0, id="text"),
+        pytest.param(10**9, 15.0, id="huge"),
+        pytest.param(30, 30.0, id="valid"),
+    ],
+)
+def test_lease_duration_corpus(value: Any, expected: float) -> None:
+    from adapter.k8s.leader import lease_duration_s
+
+    assert lease_duration_s({"leaseDurationSeconds": value}, default_s=15.0) == expected
