@@ -976,7 +976,6 @@ class SimulatedFleet:
             )
         )
 
-
     def _emit_scrape(self, now: float) -> None:
         assert self._sink is not None
         scraped = []
