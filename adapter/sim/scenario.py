@@ -1,8 +1,19 @@
 """Simulation scenarios (DESIGN §3.3), shared by `demo --scenario` and `simulate`.
 
 A scenario describes one model served by several variants, a workload, how replicas are actuated, and the
-WVA ConfigMaps. Loading validates the top level (unknown keys are errors) and delegates each section to the
-builder that owns it; every error names the file and the key.
+WVA ConfigMaps. A scenario file is outside input, so loading is bounded and strict:
+
+* the YAML itself: at most `MAX_SCENARIO_BYTES`, nesting depth `MAX_DEPTH`, `MAX_ALIASES` aliases
+  (`adapter.config.safeload`: a billion-laughs document is refused before it is built);
+* every key is validated by the pydantic schema below (unknown keys, wrong types and values out of range are
+  errors), with ranges that keep a run bounded: at most `MAX_VARIANTS` variants of at most
+  `MAX_REPLICAS_PER_VARIANT` replicas, at most `MAX_DURATION_S` of simulated time, at most `MAX_BINS` engine
+  intervals;
+* then what the schema cannot say: the workload builds (`peak_rps ≥ base_rps`, steps in order), the trace
+  file can be opened and has a known format, the VAs and ConfigMaps parse.
+
+Every problem is a `ConfigError` whose message names the file and the key (e.g.
+`s.yaml: scenario.variants[0].perf.alpha_ms: -1 — input should be greater than 0`); the CLI exits 2 on it.
 """
 
 from __future__ import annotations
@@ -10,19 +21,219 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, ConfigSet
-from adapter.config.safeload import MAX_FILE_BYTES, load_yaml
+from adapter.config.errors import describe
+from adapter.config.safeload import load_yaml
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import ConfigError, ManifestError
-from adapter.sim.fleet import FleetConfig
-from adapter.sim.workload import SyntheticWorkload, TraceWorkload, trace_duration_s, workload_from_spec
+from adapter.domain.ids import ModelKey
+from adapter.sim.fleet import FleetConfig, StartupTime, VariantConfig
+from adapter.sim.replica import PerfParams
+from adapter.sim.workload import (
+    SyntheticWorkload,
+    TraceFormatError,
+    TraceWorkload,
+    trace_duration_s,
+    trace_format,
+    workload_from_spec,
+)
+
+MAX_SCENARIO_BYTES = 1024 * 1024
+MAX_DEPTH = 16
+MAX_ALIASES = 64
+MAX_VARIANTS = 16
+MAX_REPLICAS_PER_VARIANT = 1000
+MAX_DURATION_S = 7 * 24 * 3600.0
+MAX_BINS = 20_160
+"""Engine intervals per run (a week at 30 s): bounds the run and the oracle's program."""
+MAX_STEPS = 10_000
+MAX_CONFIGMAPS = 32
+POLICY_NAMES = ("wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static")
+"""`adapter.sim.policies.Policy` (repeated here so the schema does not import the engine)."""
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 KNOWN_KEYS = {
     "name", "model_id", "namespace", "duration_s", "slo", "workload", "variants", "actuation", "metrics",
     "engine", "policy", "configmaps", "controller_namespace", "seed",
 }  # fmt: skip
+
+PositiveS = Annotated[float, Field(gt=0, le=MAX_DURATION_S)]
+NonNegativeS = Annotated[float, Field(ge=0, le=MAX_DURATION_S)]
+Rate = Annotated[float, Field(ge=0, le=100_000)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class SloSpec(_Strict):
+    ttft_ms: float = Field(default=2000.0, gt=0, le=3_600_000)
+    itl_ms: float = Field(default=100.0, gt=0, le=60_000)
+
+
+class StartupSpec(_Strict):
+    median: float = Field(default=120.0, ge=0, le=86_400)
+    p90: float = Field(default=300.0, ge=0, le=86_400)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> StartupSpec:
+        if self.p90 < self.median:
+            raise ValueError(f"p90 ({self.p90:g}) must be >= median ({self.median:g})")
+        return self
+
+
+class PerfSpec(_Strict):
+    alpha_ms: float = Field(default=20.0, gt=0, le=10_000)
+    beta_ms: float = Field(default=0.08, ge=0, le=1_000)
+    gamma_ms: float = Field(default=0.0002, ge=0, le=1_000)
+    kv_cache_tokens: int = Field(default=30_000, ge=1, le=100_000_000)
+    max_num_seqs: int = Field(default=256, ge=1, le=65_536)
+    max_num_batched_tokens: int = Field(default=2048, ge=1, le=1_000_000)
+    block_size: int = Field(default=16, ge=1, le=1024)
+    knee_tokens: int = Field(default=0, ge=0, le=1_000_000)
+    max_model_len: int = Field(default=0, ge=0, le=100_000_000)
+
+
+class VariantSpec(_Strict):
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    accelerator: str = Field(default="", max_length=63)
+    cost: float = Field(default=10.0, ge=0, le=1_000_000)
+    min_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS_PER_VARIANT)
+    max_replicas: int = Field(default=10, ge=1, le=MAX_REPLICAS_PER_VARIANT)
+    initial_replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS_PER_VARIANT)
+    startup_s: StartupSpec = Field(default_factory=StartupSpec)
+    perf: PerfSpec = Field(default_factory=PerfSpec)
+    gpus_per_replica: int = Field(default=1, ge=1, le=64)
+    target_name: str = Field(default="", max_length=253, pattern=r"^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> VariantSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) must be <= max_replicas ({self.max_replicas})")
+        initial = self.initial
+        if not self.min_replicas <= initial <= self.max_replicas:
+            raise ValueError(f"initial_replicas ({initial}) must be within [min_replicas, max_replicas]")
+        return self
+
+    @property
+    def initial(self) -> int:
+        return self.min_replicas if self.initial_replicas is None else self.initial_replicas
+
+
+class TraceSpec(_Strict):
+    trace: str = Field(min_length=1, max_length=4096)
+    rate_scale: float = Field(default=1.0, gt=0, le=1000)
+    time_scale: float = Field(default=1.0, gt=0, le=1000)
+    start_s: NonNegativeS = 0.0
+    max_requests: int | None = Field(default=None, ge=1, le=100_000_000)
+    seed: Seed = 0
+
+
+class SyntheticSpec(_Strict):
+    kind: Literal["poisson", "diurnal", "step", "burst"]
+    rate_rps: Rate | None = None
+    base_rps: Rate | None = None
+    peak_rps: Rate | None = None
+    period_s: PositiveS | None = None
+    steps: list[Annotated[list[float], Field(min_length=2, max_length=2)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_STEPS
+    )
+    burst_rps: Rate | None = None
+    burst_start_s: NonNegativeS | None = None
+    burst_duration_s: PositiveS | None = None
+    burst_every_s: NonNegativeS | None = None
+    input_tokens: float | None = Field(default=None, ge=1, le=10_000_000)
+    output_tokens: float | None = Field(default=None, ge=1, le=10_000_000)
+    input_sigma: float | None = Field(default=None, ge=0, le=5)
+    output_sigma: float | None = Field(default=None, ge=0, le=5)
+    seed: Seed = 0
+
+    @model_validator(mode="after")
+    def _required(self) -> SyntheticSpec:
+        needed = {
+            "poisson": ("rate_rps",),
+            "diurnal": ("base_rps", "peak_rps"),
+            "step": ("steps",),
+            "burst": ("base_rps", "burst_rps"),
+        }[self.kind]
+        missing = [key for key in needed if getattr(self, key) is None]
+        if missing:
+            raise ValueError(f"kind {self.kind!r} needs {', '.join(missing)}")
+        return self
+
+
+class HpaActuation(_Strict):
+    kind: Literal["hpa"] = "hpa"
+    sync_period_s: float = Field(default=15.0, gt=0, le=3600)
+    tolerance: float = Field(default=0.1, ge=0, le=1)
+    tolerance_mode: Literal["abs", "bounds"] = "bounds"
+    scale_down_stabilization_s: float = Field(default=300.0, ge=0, le=3600)
+    scale_up_stabilization_s: float = Field(default=0.0, ge=0, le=3600)
+
+
+class KedaActuation(HpaActuation):
+    kind: Literal["keda"] = "keda"  # type: ignore[assignment]
+    polling_interval_s: float = Field(default=30.0, gt=0, le=3600)
+    cooldown_s: float = Field(default=300.0, ge=0, le=86_400)
+    initial_cooldown_s: float = Field(default=0.0, ge=0, le=86_400)
+    push: bool = False
+
+
+class DirectActuation(_Strict):
+    kind: Literal["direct"]
+    period_s: float = Field(default=15.0, gt=0, le=3600)
+
+
+class MetricsSpec(_Strict):
+    scrape_interval_s: float = Field(default=15.0, gt=0, le=600)
+
+
+class EngineSpec(_Strict):
+    interval_s: float = Field(default=30.0, ge=1, le=3600)
+
+
+class ConfigMapSpec(_Strict):
+    namespace: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
+    name: str = Field(min_length=1, max_length=253)
+    data: dict[str, str] = Field(default_factory=dict, max_length=256)
+
+
+class ScenarioSpec(_Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=253)
+    model_id: str = Field(min_length=1, max_length=256)
+    namespace: str = Field(default="default", max_length=63, pattern=DNS_LABEL)
+    controller_namespace: str = Field(default=DEFAULT_CONTROLLER_NAMESPACE, max_length=63, pattern=DNS_LABEL)
+    duration_s: PositiveS | None = None
+    seed: Seed = 0
+    slo: SloSpec = Field(default_factory=SloSpec)
+    workload: dict[str, Any]
+    """Validated on its own as a TraceSpec (has `trace`) or a SyntheticSpec (has `kind`), see `parse`."""
+    variants: list[VariantSpec] = Field(min_length=1, max_length=MAX_VARIANTS)
+    actuation: Annotated[HpaActuation | KedaActuation | DirectActuation, Field(discriminator="kind")] = Field(
+        default_factory=HpaActuation
+    )
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    policy: Literal["wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static"] = "wva-v1"
+    configmaps: list[ConfigMapSpec] = Field(default_factory=list, max_length=MAX_CONFIGMAPS)
+    """The mapping form `{name: data}` (controller namespace) is turned into this list form before validation."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ScenarioSpec:
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must be unique, got {names}")
+        if self.duration_s is not None and self.duration_s / self.engine.interval_s > MAX_BINS:
+            raise ValueError(
+                f"duration_s / engine.interval_s = {self.duration_s / self.engine.interval_s:.0f} engine cycles; "
+                f"the limit is {MAX_BINS}"
+            )
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +254,30 @@ class Scenario:
     actuation: Mapping[str, Any] = field(default_factory=lambda: {"kind": "hpa"})
     engine_interval_s: float = 30.0
     policy: str = "wva-v1"
+    seed: int = 0
+    spec: ScenarioSpec | None = None
+
+    @property
+    def model(self) -> ModelKey:
+        return ModelKey(str(self.raw.get("namespace", "default")), str(self.raw["model_id"]))
 
     def fleet_config(self, *, start_s: float, seed: int = 0) -> FleetConfig:
-        return FleetConfig.from_scenario(self.raw, seed=seed, start_s=start_s)
+        if self.spec is None:
+            return FleetConfig.from_scenario(self.raw, seed=seed, start_s=start_s)
+        return FleetConfig(
+            model_id=self.spec.model_id,
+            variants=tuple(_variant_config(v) for v in self.spec.variants),
+            namespace=self.spec.namespace,
+            scrape_interval_s=self.spec.metrics.scrape_interval_s,
+            start_s=start_s,
+            seed=seed,
+        )
 
-    def workload(self) -> SyntheticWorkload | TraceWorkload:
-        return workload_from_spec(self.raw["workload"], base_dir=self.base_dir, duration_s=self.duration_s)
+    def workload(self, *, run_seed: int = 0) -> SyntheticWorkload | TraceWorkload:
+        """The workload; `run_seed` is added to the workload's own seed (0 = the file's stream)."""
+        spec = dict(self.raw["workload"])
+        spec["seed"] = int(spec.get("seed", 0)) + run_seed
+        return workload_from_spec(spec, base_dir=self.base_dir, duration_s=self.duration_s)
 
     def effective_duration_s(self) -> float:
         """`duration_s`, else the trace's length; a synthetic workload without one runs an hour."""
@@ -56,96 +285,138 @@ class Scenario:
             return self.duration_s
         spec = self.raw["workload"]
         if "trace" in spec:
-            path = Path(str(spec["trace"]))
-            path = path if path.is_absolute() else self.base_dir / path
-            return trace_duration_s(path, time_scale=float(spec.get("time_scale", 1.0)))
+            return trace_duration_s(self._trace_path(), time_scale=float(spec.get("time_scale", 1.0)))
         return 3600.0
 
-
-def load(path: Path) -> Scenario:
-    try:
-        raw = load_yaml(path.read_bytes(), what=str(path), max_bytes=MAX_FILE_BYTES)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        return parse(raw, base_dir=path.parent)
-    except (ValueError, ManifestError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    def _trace_path(self) -> Path:
+        path = Path(str(self.raw["workload"]["trace"]))
+        return path if path.is_absolute() else self.base_dir / path
 
 
-def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = raw.get(key) or {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{key}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def parse(raw: Any, *, base_dir: Path) -> Scenario:
-    if not isinstance(raw, Mapping):
-        raise ValueError("a scenario must be a YAML mapping")
-    unknown = sorted(set(raw) - KNOWN_KEYS)
-    if unknown:
-        raise ValueError(f"unknown top-level keys {unknown}; expected some of {sorted(KNOWN_KEYS)}")
-    for key in ("model_id", "workload", "variants"):
-        if key not in raw:
-            raise ValueError(f"{key}: required")
-    namespace = str(raw.get("namespace", "default"))
-    FleetConfig.from_scenario(raw)  # validates variants[] and metrics with key-naming errors
-    if not isinstance(raw["workload"], Mapping):
-        raise ValueError("workload: must be a mapping (a trace or a synthetic generator)")
-    workload_from_spec(raw["workload"], base_dir=base_dir, duration_s=None)  # key-naming errors now, not mid-run
-    vas = tuple(_va(v, model_id=str(raw["model_id"]), namespace=namespace) for v in raw["variants"])
-    slo = _section(raw, "slo")
-    duration = raw.get("duration_s")
-    return Scenario(
-        name=str(raw.get("name", base_dir.name)),
-        raw=raw,
-        base_dir=base_dir,
-        duration_s=None if duration is None else float(duration),
-        slo=Slo(ttft_ms=float(slo.get("ttft_ms", 2000.0)), itl_ms=float(slo.get("itl_ms", 100.0))),
-        vas=vas,
-        configmaps=_configmaps(raw),
-        actuation=dict(_section(raw, "actuation")) or {"kind": "hpa"},
-        engine_interval_s=float(_section(raw, "engine").get("interval_s", 30.0)),
-        policy=str(raw.get("policy", "wva-v1")),
+def _variant_config(v: VariantSpec) -> VariantConfig:
+    return VariantConfig(
+        name=v.name,
+        accelerator=v.accelerator,
+        cost=v.cost,
+        perf=PerfParams(**v.perf.model_dump()),
+        min_replicas=v.min_replicas,
+        max_replicas=v.max_replicas,
+        initial_replicas=v.initial,
+        startup=StartupTime(median_s=v.startup_s.median, p90_s=v.startup_s.p90),
+        gpus_per_replica=v.gpus_per_replica,
+        target_name=v.target_name,
     )
 
 
-def _va(variant: Mapping[str, Any], *, model_id: str, namespace: str) -> VariantAutoscaling:
-    name = str(variant["name"])
+def load(path: Path) -> Scenario:
+    """Read, bound and validate a scenario file (module docstring); ConfigError naming file and key."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    raw = load_yaml(data, what=str(path), max_bytes=MAX_SCENARIO_BYTES, max_depth=MAX_DEPTH, max_aliases=MAX_ALIASES)
+    try:
+        return parse(raw, base_dir=path.parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def parse(raw: Any, *, base_dir: Path) -> Scenario:
+    """Validate an already loaded scenario document; ConfigError naming the key."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"scenario: a scenario must be a YAML mapping, got {type(raw).__name__}")
+    raw = dict(raw)
+    if isinstance(raw.get("actuation"), Mapping) and "kind" not in raw["actuation"]:
+        raw["actuation"] = {**raw["actuation"], "kind": "hpa"}
+    if isinstance(raw.get("configmaps"), Mapping):
+        raw["configmaps"] = [{"name": name, "data": data} for name, data in raw["configmaps"].items()]
+    try:
+        spec = ScenarioSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_describe_spec(exc))) from None
+    workload_raw = spec.workload
+    if "trace" in workload_raw and "kind" in workload_raw:
+        raise ConfigError("scenario.workload: give either `trace` (a trace file) or `kind` (a generator), not both")
+    model: type[TraceSpec] | type[SyntheticSpec] = TraceSpec if "trace" in workload_raw else SyntheticSpec
+    try:
+        model.model_validate(workload_raw)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(describe(exc, source="scenario.workload"))) from None
+    try:
+        built = workload_from_spec(workload_raw, base_dir=base_dir, duration_s=spec.duration_s)
+    except ValueError as exc:
+        raise ConfigError(f"scenario.workload: {exc}") from None
+    if isinstance(built, TraceWorkload):
+        _check_trace(built.path)
+    try:
+        vas = tuple(_va(v, model_id=spec.model_id, namespace=spec.namespace) for v in spec.variants)
+    except ManifestError as exc:
+        raise ConfigError(f"scenario.variants: {exc}") from None
+    return Scenario(
+        name=spec.name or base_dir.name,
+        raw=raw,
+        base_dir=base_dir,
+        duration_s=spec.duration_s,
+        slo=Slo(ttft_ms=spec.slo.ttft_ms, itl_ms=spec.slo.itl_ms),
+        vas=vas,
+        configmaps=_configmaps(spec),
+        actuation=spec.actuation.model_dump(),
+        engine_interval_s=spec.engine.interval_s,
+        policy=spec.policy,
+        seed=spec.seed,
+        spec=spec,
+    )
+
+
+def _describe_spec(exc: ValidationError) -> list[str]:
+    """pydantic's messages, with the actuation kind (the union's tag) taken out of the key path."""
+    kept = []
+    for message in describe(exc, source="scenario"):
+        text = message
+        for kind in ("hpa", "keda", "direct"):
+            text = text.replace(f".actuation.{kind}.", ".actuation.")
+        kept.append(text)
+    return kept or [f"scenario: {exc.error_count()} problems"]
+
+
+def _check_trace(path: Path) -> None:
+    try:
+        trace_format(path)
+    except TraceFormatError as exc:
+        raise ConfigError(f"scenario.workload.trace: {exc}") from None
+    if not path.is_file():
+        raise ConfigError(f"scenario.workload.trace: {path} is not a readable file")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"scenario.workload.trace: cannot open {path}: {exc.strerror or exc}") from None
+
+
+def _va(variant: VariantSpec, *, model_id: str, namespace: str) -> VariantAutoscaling:
     obj = {
         "apiVersion": "llmd.ai/v1alpha1",
         "kind": "VariantAutoscaling",
         "metadata": {
-            "name": name,
+            "name": variant.name,
             "namespace": namespace,
-            "labels": {"inference.optimization/acceleratorName": str(variant.get("accelerator", ""))},
+            "labels": {"inference.optimization/acceleratorName": variant.accelerator},
         },
         "spec": {
-            "scaleTargetRef": {"kind": "Deployment", "name": str(variant.get("target_name") or name)},
+            "scaleTargetRef": {"kind": "Deployment", "name": variant.target_name or variant.name},
             "modelID": model_id,
-            "minReplicas": int(variant.get("min_replicas", 1)),
-            "maxReplicas": int(variant.get("max_replicas", 10)),
-            "variantCost": f"{float(variant.get('cost', 10.0)):g}",
+            "minReplicas": variant.min_replicas,
+            "maxReplicas": variant.max_replicas,
+            "variantCost": f"{variant.cost:g}",
         },
     }
-    return parse_va(obj, source=f"variants[{name}]")
+    return parse_va(obj, source=f"variants[{variant.name}]")
 
 
-def _configmaps(raw: Mapping[str, Any]) -> ConfigSet:
-    controller_ns = str(raw.get("controller_namespace", DEFAULT_CONTROLLER_NAMESPACE))
-    value = raw.get("configmaps") or []
-    triples: list[tuple[str, str, Mapping[str, Any]]] = []
-    if isinstance(value, Mapping):  # {name: {key: yaml}} in the controller namespace
-        triples = [(controller_ns, str(name), data) for name, data in value.items()]
-    elif isinstance(value, list):  # [{namespace, name, data}] as in a replay fixture
-        for i, cm in enumerate(value):
-            if not isinstance(cm, Mapping) or "name" not in cm:
-                raise ValueError(f"configmaps[{i}]: expected {{namespace, name, data}}")
-            triples.append((str(cm.get("namespace", controller_ns)), str(cm["name"]), cm.get("data") or {}))
-    else:
-        raise ValueError("configmaps: expected a list of {namespace, name, data} or a mapping name -> data")
+def _configmaps(spec: ScenarioSpec) -> ConfigSet:
+    controller_ns = spec.controller_namespace
+    triples = [(cm.namespace or controller_ns, cm.name, cm.data) for cm in spec.configmaps]
     configset = ConfigSet.from_raw(triples, controller_namespace=controller_ns)
     if configset.errors():
-        raise ValueError("configmaps: " + "; ".join(configset.errors()))
+        raise ConfigError("scenario.configmaps: " + "; ".join(configset.errors()))
     return configset
