@@ -107,21 +107,14 @@ def _recommend(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from adapter.sim import scenario as scenario_module
-    from adapter.sim import simulate as sim
+    """Summary JSON on stdout, plot into --out; an invalid scenario or policy exits 2 (ConfigError, via main)."""
+    from adapter.app.simulate import main as simulate_main
 
-    try:
-        scenario = scenario_module.load(Path(args.scenario))
-        policy = args.policy or scenario.policy
-        result = sim.simulate(scenario, policy=policy, seed=args.seed, progress=sim.progress_bar())
-    except ConfigError as exc:
-        print(f"simulate: {exc}", file=sys.stderr)
+    if args.seed is not None and args.seed < 0:
+        print(f"simulate: --seed must be >= 0, got {args.seed}", file=sys.stderr)
         return 2
-    if args.out:
-        png = sim.plot(result, scenario, Path(args.out) / f"{scenario.name}-{policy}.png")
-        print(f"simulate: plot written to {png}", file=sys.stderr)
-    print(json.dumps(result.summary, indent=2))
-    return 0
+    out = Path(args.out) if args.out else None
+    return simulate_main(Path(args.scenario), policy=args.policy, out_dir=out, seed=args.seed)
 
 
 def _add_simulate(verbs: Any) -> None:
@@ -130,8 +123,8 @@ def _add_simulate(verbs: Any) -> None:
     simulate.add_argument(
         "--policy", help="wva-v1 | wva-v2 | wva-slo | hpa-kv | keda-queue | static (default: the scenario's)"
     )
-    simulate.add_argument("--out", metavar="DIR", help="write a PNG plot here")
-    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument("--out", metavar="DIR", help="write a PNG plot here (load, replicas, p99 TTFT/ITL vs SLO)")
+    simulate.add_argument("--seed", type=int, metavar="N", help="run seed (default: the scenario's `seed`, else 0)")
     simulate.set_defaults(func=_simulate)
 
 

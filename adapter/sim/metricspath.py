@@ -16,7 +16,7 @@ What is answered, by query name (the values of `QueryName`), at evaluation time 
 | num_requests_running       | vllm:num_requests_running                          | instant (latest sample)            |
 | cache_config_info          | vllm:cache_config_info{num_gpu_blocks,block_size}  | instant, value 1                   |
 | avg_input/output_tokens    | vllm:request_{prompt,generation}_tokens_sum/_count | rate(sum[w]) / rate(count[w])      |
-| prefix_cache_hit_rate      | vllm:prefix_cache_{hits,queries}_total             | rate / rate (no caching: 0)        |
+| prefix_cache_hit_rate      | vllm:prefix_cache_{hits,queries}_total             | rate / rate (no cache: 0)          |
 | avg_ttft, avg_itl          | vllm:time_to_first_token_seconds, inter_token_…    | rate(sum[w]) / rate(count[w])      |
 | scheduler_dispatch_rate    | llm_d_epp_scheduler_attempts_total{pod_name}       | rate[w]                            |
 | scheduler_queue_size/bytes | llm_d_epp_flow_control_queue_{size,bytes} (model)  | instant                            |
@@ -132,7 +132,7 @@ _HISTOGRAM_MEAN: Mapping[str, tuple[Callable[[ScrapeSample], float], Callable[[S
     "avg_ttft": (lambda s: s.ttft_sum_s, lambda s: float(s.ttft_count)),
     "avg_itl": (lambda s: s.itl_sum_s, lambda s: float(s.itl_count)),
     # no prefix caching in the simulated replica: hits stay 0 while queried prompt tokens grow
-    "prefix_cache_hit_rate": (lambda _s: 0.0, lambda s: float(s.prompt_tokens)),
+    "prefix_cache_hit_rate": (lambda _: 0.0, lambda s: float(s.prompt_tokens)),
 }
 ANSWERED_QUERIES = frozenset(
     {

@@ -1,331 +1,322 @@
-"""`wva-adapter simulate`: a scenario played in closed loop on a virtual clock, scored against a clairvoyant
-oracle (DESIGN §3.3).
+"""`wva-adapter simulate`: a scenario played in closed loop on a virtual clock, scored against the clairvoyant
+oracle (DESIGN §3.1, §3.3).
 
-    workload ─► SimulatedFleet (vLLM replicas, EPP router, startup times, metrics as PromQL would see them)
-                   │ snapshot every engine interval                ▲ spec.replicas
-                   ▼                                               │
-          policy: wva-v1 | wva-v2 | wva-slo (the real engine)   actuator (HPA / KEDA emulation, as configured)
-                  hpa-kv | keda-queue (the metric a user would pick) │
-                  static                                            │
-                   └──────────────── desired value per variant ─────┘
+    workload ─► SimulatedFleet ──scrape every scrape_interval_s──► SeriesStore (simulated Prometheus)
+                   ▲ spec.replicas                                      │
+                   │                                                    ▼
+            actuator (HPA/KEDA emulation) ◄── served value ◄── wva-*: the reconciler `serve` runs
+                                                               (adapter.sim.pipeline; collector queries and
+                                                               assembly injected by adapter.app.simulate)
+                                                          ◄── hpa-kv / keda-queue: the baseline's metric
+                                                          ◄── static: nothing
 
-Policies. `wva-*` run `engine.decide` on what the collector would see, with the scenario's ConfigMaps plus the
-policy's analyzer selection (wva-v2: `analyzerName: saturation`; wva-slo: a queueing-model `default` with the
-scenario's SLO as explicit targets); the served `wva_desired_replicas` goes to the actuator. Baselines feed the
-same actuator with the metric a user would configure: `hpa-kv` ready replicas × mean KV usage / 0.7 (HPA on
-KV utilisation, target 0.7), `keda-queue` waiting requests / 5 (target 5 per replica); `static` keeps the
-initial replicas. A policy whose analyzer the engine does not implement is an error, never a silent V1.
+Events, all on the virtual clock: the engine cycle every `engine.interval_s` (the first at the start, as
+`serve` runs its first cycle at once), the actuator's syncs (HPA `sync_period_s`, KEDA `polling_interval_s`),
+and, while every variant is at zero, the scale-from-zero poll every 100 ms. Between events the fleet runs
+(arrivals, routing, batching, startups, scrapes).
 
-Oracle (`oracle_cost`): for every engine-interval bin of the workload, the cheapest mix of variants whose
-capacity at the SLO (λ* from the queueing model with each variant's α, β, γ, at the bin's mean request size)
-covers the bin's arrival rate (cheapest per unit first, spilling at max_replicas), each replica paid from its
-median startup time before it is needed. A lower bound a real policy approaches only by predicting load.
+Scoring. Cost and GPU hours are counted over [0, duration). Arrivals stop at the end; the fleet then runs on,
+unchanged, until every request has finished (at most `DRAIN_LIMIT_S`), so every arrived request is scored:
+`slo_attainment` = requests meeting both TTFT and ITL targets / requests, where dropped and still unfinished
+ones count as misses (`dropped` includes the unfinished; `dropped_by_reason` says which). Latency percentiles
+are over completed requests (null when none completed). `oracle_cost` comes from `adapter.sim.oracle` over
+the same workload. Extra fields beside DESIGN §3.3's: `schema`, `scenario`, `policy`, `seed`, `duration_s`,
+`cold_starts`, `dropped_by_reason`, `engine_cycles`, `analyzer_cycles` (which analyzer decided how many
+cycles), `oracle_infeasible_bins`, `preemptions`.
+
+Seeds: `--seed N` (default: the scenario's `seed`, else 0) seeds the fleet (startup times) and is added to the
+workload's own `seed`, so seed 0 replays the scenario file exactly.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import math
-import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
-from adapter import engine
-from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
-from adapter.config.configmaps import QUEUEING_CM, SATURATION_CM, ConfigSet
-from adapter.config.engine import EngineConfig
-from adapter.domain.decision import AnalyzerName
-from adapter.domain.errors import ConfigError
-from adapter.domain.snapshot import VariantStatus
-from adapter.sim.actuators import actuator_from_spec
-from adapter.sim.fleet import SimulatedFleet, VariantConfig
+from adapter.domain.decision import CycleResult
+from adapter.reconciler.loop import Reconciler
+from adapter.reconciler.ports import MetricsSource
+from adapter.sim.actuators import Actuator, actuator_from_spec
+from adapter.sim.fleet import SimulatedFleet
+from adapter.sim.metricspath import SeriesStore
+from adapter.sim.oracle import OraclePlan, OracleVariant, oracle
+from adapter.sim.pipeline import SimCluster, build_reconciler
+from adapter.sim.policies import (
+    POLICIES,
+    Policy,
+    baseline_actuator,
+    baseline_metric,
+    is_wva,
+    parse_policy,
+    policy_configmaps,
+)
 from adapter.sim.scenario import Scenario
+from adapter.store import DecisionStore
 
-POLICIES = ("wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static")
-POLICY_ANALYZER = {
-    "wva-v1": AnalyzerName.SATURATION_PERCENTAGE,
-    "wva-v2": AnalyzerName.SATURATION_TOKEN,
-    "wva-slo": AnalyzerName.QUEUEING_MODEL,
-}
-HPA_KV_TARGET = 0.7
-KEDA_QUEUE_TARGET = 5.0
-STEP_S = 5.0
-"""How often actuators and baselines look (HPA syncs every 15 s by default; the fleet runs in finer ticks)."""
+__all__ = ["POLICIES", "START_S", "Clock", "MetricsFactory", "Simulation", "progress_bar", "run", "simulate"]
+
+SCHEMA = "wva-sim-summary/v1"
 START_S = 1_767_225_600.0
+"""2026-01-01T00:00:00Z: the virtual clock's origin (VA status timestamps are whole RFC 3339 seconds)."""
+DRAIN_LIMIT_S = 900.0
+"""After the end, requests in flight get this long to finish before they count as unfinished."""
+WAKE_INTERVAL_S = 0.1
+"""Scale-from-zero poll while every variant is at zero (upstream's 100 ms)."""
+PROGRESS_STEP_S = 60.0
+
+
+class Clock:
+    """The virtual clock the reconciler, the status writer and the simulated Prometheus read."""
+
+    def __init__(self, now_s: float) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+MetricsFactory = Callable[[SeriesStore, Clock], MetricsSource]
+"""Builds the reconciler's MetricsSource over the simulated Prometheus (adapter.app.simulate: the collector's
+queries and assembly; this package may not import adapter.metrics)."""
 
 
 @dataclass
 class Simulation:
     summary: dict[str, Any]
+    scenario: Scenario
+    policy: Policy
     fleet: SimulatedFleet
-    oracle_timeline: list[tuple[float, dict[str, int]]] = field(default_factory=list)
-
-
-def policy_configmaps(scenario: Scenario, policy: str) -> ConfigSet:
-    """The scenario's ConfigMaps with the policy's analyzer selected in the controller namespace."""
-    if policy not in POLICIES:
-        raise ConfigError(f"policy {policy!r}: expected one of {', '.join(POLICIES)}")
-    analyzer = POLICY_ANALYZER.get(policy)
-    if analyzer is not None and analyzer not in engine.IMPLEMENTED_ANALYZERS:
-        raise ConfigError(f"policy {policy!r} needs the {analyzer} analyzer, which this engine does not implement")
-    base = scenario.configmaps
-    raw = [(ns, name, dict(data)) for ns, name, data in base.sources]
-    ns = base.controller_namespace
-    sat = next((d for n, name, d in raw if n == ns and name == SATURATION_CM), None)
-    if sat is None:
-        sat = {}
-        raw.append((ns, SATURATION_CM, sat))
-    default = str(sat.get("default", ""))
-    lines = [ln for ln in default.splitlines() if not ln.strip().startswith("analyzerName")]
-    if policy == "wva-v2":
-        lines.append("analyzerName: saturation")
-    sat["default"] = "\n".join(lines) + ("\n" if lines else "")
-    raw = [(n, name, d) for n, name, d in raw if name != QUEUEING_CM]
-    if policy == "wva-slo":
-        slo = scenario.slo
-        raw.append((ns, QUEUEING_CM, {"default": f"targetTTFT: {slo.ttft_ms:g}\ntargetITL: {slo.itl_ms:g}\n"}))
-    return ConfigSet.from_raw(raw, controller_namespace=ns, scale_to_zero_env=base.scale_to_zero_env)
+    oracle: OraclePlan
+    start_s: float
+    end_s: float
+    cycles: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    """(time, desired replicas per variant) of every engine cycle (wva-* policies)."""
 
 
 def simulate(
-    scenario: Scenario, *, policy: str, seed: int = 0, progress: Callable[[float], None] | None = None
+    scenario: Scenario,
+    *,
+    policy: str | None = None,
+    seed: int | None = None,
+    metrics: MetricsFactory | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> Simulation:
+    """Run one scenario with one policy (see `run`); blocking."""
+    return asyncio.run(run(scenario, policy=policy, seed=seed, metrics=metrics, progress=progress))
+
+
+async def run(
+    scenario: Scenario,
+    *,
+    policy: str | None = None,
+    seed: int | None = None,
+    metrics: MetricsFactory | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> Simulation:
+    """The closed loop of the module docstring. `policy` defaults to the scenario's; a `wva-*` policy needs
+    `metrics`. Raises PolicyError (a ConfigError) for a policy that cannot run."""
     started = time.perf_counter()
-    configmaps = policy_configmaps(scenario, policy)
-    fleet = SimulatedFleet(scenario.fleet_config(start_s=START_S, seed=seed), scenario.workload())
-    duration = scenario.effective_duration_s()
-    bounds = {va.key.name: (va.spec.min_replicas, va.spec.max_replicas) for va in scenario.vas}
-    actuator = actuator_from_spec(scenario.actuation, bounds=bounds, start_s=START_S)
-    config = EngineConfig(configmaps=configmaps, interval_s=scenario.engine_interval_s)
-    state = engine.EngineState()
-    statuses: dict[str, VariantStatus] = {}
-    served: dict[str, float | None] = {}
-    next_engine = START_S
-    now = START_S
-    end = START_S + duration
-    while now < end:
-        now = min(now + STEP_S, end)
-        fleet.advance(now)
-        if policy.startswith("wva-") and now >= next_engine:
-            snapshot = fleet.snapshot(now, statuses)
-            result, state = engine.decide(snapshot, state, config, now)
-            statuses = {k.name: s for k, s in engine.statuses(result, snapshot).items()}
-            served = {k.name: float(d.desired_replicas) for k, d in result.decisions.items()}
-            next_engine = now + scenario.engine_interval_s
-        elif policy in ("hpa-kv", "keda-queue"):
-            served = _baseline(policy, fleet, now)
-        if policy != "static":
-            targets = {va.key.name: fleet.scale_target(va.key.name) for va in scenario.vas}
-            for variant, replicas in actuator.step(now, desired=served, targets=targets).items():
-                fleet.set_replicas(variant, replicas, now)
-        if progress is not None:
-            progress((now - START_S) / duration)
-    oracle_cost, oracle_timeline = oracle(scenario, duration)
-    summary = _summary(scenario, fleet, policy, oracle_cost, wall_s=time.perf_counter() - started)
-    return Simulation(summary, fleet, oracle_timeline)
+    chosen = parse_policy(policy or scenario.policy)
+    run_seed = scenario.seed if seed is None else seed
+    if is_wva(chosen) and metrics is None:
+        raise ValueError(f"policy {chosen} needs a metrics factory (adapter.app.simulate provides it)")
+    loop = _Loop(scenario, chosen, run_seed, metrics)
+    duration_s = scenario.effective_duration_s()
+    await loop.play(START_S + duration_s, progress)
+    usage = loop.fleet.usage()
+    loop.drain(START_S + duration_s + DRAIN_LIMIT_S)
+    if progress is not None:
+        progress(1.0)
+    config = loop.fleet.config
+    variants = [
+        OracleVariant(
+            v.name,
+            v.cost,
+            v.min_replicas,
+            v.max_replicas,
+            v.startup.median_s,
+            v.perf,
+            initial_replicas=v.initial_replicas,
+        )
+        for v in config.variants
+    ]
+    plan = oracle(
+        scenario.workload(run_seed=run_seed),
+        variants,
+        duration_s=duration_s,
+        interval_s=scenario.engine_interval_s,
+        ttft_ms=scenario.slo.ttft_ms,
+        itl_ms=scenario.slo.itl_ms,
+    )
+    sim = Simulation({}, scenario, chosen, loop.fleet, plan, START_S, START_S + duration_s, loop.cycles)
+    sim.summary = _summary(sim, usage, run_seed, duration_s, loop.analyzers, wall_s=time.perf_counter() - started)
+    return sim
 
 
-def _baseline(policy: str, fleet: SimulatedFleet, now: float) -> dict[str, float | None]:
-    """The value a user's HPA/KEDA metric would have: desired replicas at target AverageValue 1."""
-    snapshot = fleet.snapshot(now, {})
-    out: dict[str, float | None] = {}
-    for view in snapshot.variants:
-        pods = [p for p in snapshot.pods if p.variant == view.key.name]
-        if policy == "hpa-kv":
-            if not pods:
-                out[view.key.name] = None  # no metric: the HPA holds
-                continue
-            mean_kv = sum(p.kv_cache_usage or 0.0 for p in pods) / len(pods)
-            out[view.key.name] = len(pods) * mean_kv / HPA_KV_TARGET
-        else:
-            waiting = sum(p.queue_length or 0.0 for p in pods) + (fleet.epp_queue_size if not pods else 0)
-            out[view.key.name] = waiting / KEDA_QUEUE_TARGET
-    return out
+class _Loop:
+    """The fleet, the simulated Prometheus and the policy's controller, stepped from event to event."""
 
-
-def oracle(scenario: Scenario, duration_s: float) -> tuple[float, list[tuple[float, dict[str, int]]]]:
-    """The clairvoyant cost (module docstring) and its replicas per bin."""
-    interval = scenario.engine_interval_s
-    bins = max(1, math.ceil(duration_s / interval))
-    count = np.zeros(bins)
-    tokens_in = np.zeros(bins)
-    tokens_out = np.zeros(bins)
-    for request in scenario.workload():
-        offset = request.arrival_s
-        if offset >= duration_s:
-            break
-        b = int(offset // interval)
-        count[b] += 1
-        tokens_in[b] += request.input_tokens
-        tokens_out[b] += request.output_tokens
-    variants = scenario.fleet_config(start_s=0.0).variants
-    slo = scenario.slo
-    plan: list[tuple[float, dict[str, int]]] = []
-    cost = 0.0
-    previous = {v.name: 0 for v in variants}
-    capacity_cache: dict[tuple[str, int, int], float] = {}
-    for b in range(bins):
-        rate = count[b] / interval
-        size_in = tokens_in[b] / count[b] if count[b] else 512.0
-        size_out = max(1.0, tokens_out[b] / count[b]) if count[b] else 128.0
-        caps = {v.name: _capacity(v, (size_in, size_out), (slo.ttft_ms, slo.itl_ms), capacity_cache) for v in variants}
-        replicas = {v.name: v.min_replicas for v in variants}
-        remaining = rate - sum(replicas[v.name] * caps[v.name] for v in variants)
-        for v in sorted((v for v in variants if caps[v.name] > 0), key=lambda v: (v.cost / caps[v.name], v.name)):
-            if remaining <= 0:
-                break
-            add = min(math.ceil(remaining / caps[v.name] - 1e-9), v.max_replicas - replicas[v.name])
-            if add > 0:
-                replicas[v.name] += add
-                remaining -= add * caps[v.name]
-        for v in variants:
-            cost += replicas[v.name] * v.cost * interval / 3600.0
-            started = max(0, replicas[v.name] - previous[v.name])
-            cost += started * v.cost * v.startup.median_s / 3600.0  # paid from its start, a median startup earlier
-        previous = replicas
-        plan.append((b * interval, dict(replicas)))
-    return cost, plan
-
-
-def _capacity(
-    v: VariantConfig, size: tuple[float, float], slo: tuple[float, float], cache: dict[tuple[str, int, int], float]
-) -> float:
-    size_in, size_out = size
-    ttft_ms, itl_ms = slo
-    key = (v.name, round(size_in), round(size_out))
-    if key not in cache:
-        p = v.perf
-        try:
-            model = QueueModel(
-                ServiceParams(p.alpha_ms, p.beta_ms, p.gamma_ms),
-                RequestSize(size_in, size_out),
-                max_batch=p.max_num_seqs,
-                max_queue=10 * p.max_num_seqs,
+    def __init__(self, scenario: Scenario, policy: Policy, seed: int, metrics: MetricsFactory | None) -> None:
+        config = scenario.fleet_config(start_s=START_S, seed=seed)
+        retention_s = max(scenario.configmaps.scale_to_zero(scenario.model)[0].retention_period_s, 600.0)
+        self.series = SeriesStore(
+            namespace=config.namespace, model_id=config.model_id, keep_s=retention_s + 4 * config.scrape_interval_s
+        )
+        self.fleet = SimulatedFleet(config, scenario.workload(run_seed=seed), scrape_sink=self.series)
+        self.scenario = scenario
+        self.policy = policy
+        self.names = tuple(v.name for v in config.variants)
+        self.clock = Clock(START_S)
+        self.decisions = DecisionStore()
+        self.reconciler: Reconciler | None = None
+        self.actuator: Actuator | None = None
+        self.analyzers: Counter[str] = Counter()
+        self.cycles: list[tuple[float, dict[str, int]]] = []
+        bounds = {v.name: (v.min_replicas, v.max_replicas) for v in config.variants}
+        if is_wva(policy):
+            assert metrics is not None
+            slo = scenario.slo
+            configmaps = policy_configmaps(
+                scenario.configmaps, policy, model=scenario.model, slo_ttft_ms=slo.ttft_ms, slo_itl_ms=slo.itl_ms
             )
-            cache[key] = model.max_rate(ttft_ms, itl_ms).throughput_rps
-        except (ValueError, ArithmeticError, ConfigError, Exception):
-            cache[key] = 0.0
-    return cache[key]
+            cluster = SimCluster(self.fleet, scenario.vas, configmaps, clock=self.clock)
+            self.reconciler = build_reconciler(
+                cluster,
+                metrics(self.series, self.clock),
+                store=self.decisions,
+                controller_namespace=scenario.configmaps.controller_namespace,
+                interval_s=scenario.engine_interval_s,
+                clock=self.clock,
+            )
+            self.actuator = actuator_from_spec(scenario.actuation, bounds=bounds, start_s=START_S)
+        elif policy is not Policy.STATIC:
+            self.actuator = baseline_actuator(policy, scenario.actuation, bounds=bounds, start_s=START_S)
+
+    async def play(self, end_s: float, progress: Callable[[float], None] | None) -> None:
+        """From the start to `end_s`: engine cycles, wake polls and actuator syncs as they fall due."""
+        next_engine_s = START_S if self.reconciler is not None else math.inf
+        while self.clock.now_s < end_s:
+            now = self.clock.now_s
+            wake_s = now + WAKE_INTERVAL_S if self.reconciler is not None and self._idle() else math.inf
+            actuator_s = self.actuator.next_event_s() if self.actuator is not None else math.inf
+            due = min(end_s, next_engine_s, actuator_s, wake_s)
+            t = max(now, min(due, now + PROGRESS_STEP_S))
+            self.fleet.advance(t)
+            self.clock.now_s = t
+            if t >= end_s:
+                break
+            if self.reconciler is not None and t >= next_engine_s:
+                next_engine_s += self.scenario.engine_interval_s
+                self._record(await self.reconciler.run_cycle())
+            elif self.reconciler is not None and wake_s <= t:
+                await self.reconciler.wake_cycle()
+            self._actuate(t)
+            if progress is not None:
+                progress((t - START_S) / (end_s - START_S))
+
+    def _record(self, result: CycleResult | None) -> None:
+        if result is None:
+            return
+        for analysis in result.analyses.values():
+            self.analyzers[str(analysis.analyzer)] += 1
+        self.cycles.append((result.now_s, {k.name: d.desired_replicas for k, d in result.decisions.items()}))
+
+    def _actuate(self, now_s: float) -> None:
+        if self.actuator is None:
+            return
+        desired: dict[str, float | None]
+        if self.reconciler is not None:  # the served wva_desired_replicas (HPA target AverageValue 1)
+            desired = {e.key.name: float(e.desired_replicas) for e in self.decisions.list()}
+        else:
+            desired = baseline_metric(self.policy, self.series, self.names, now_s=now_s)
+        targets = {name: self.fleet.scale_target(name) for name in self.names}
+        for name, replicas in self.actuator.step(now_s, desired=desired, targets=targets).items():
+            self.fleet.set_replicas(name, replicas, now_s)
+
+    def _idle(self) -> bool:
+        return all(self.fleet.spec_replicas(name) == 0 for name in self.names)
+
+    def drain(self, until_s: float) -> None:
+        """No more arrivals: let what is in flight finish (the fleet as it is, nothing scales)."""
+        while self.fleet.usage().in_flight > 0 and self.clock.now_s < until_s:
+            self.clock.now_s = min(until_s, self.clock.now_s + 30.0)
+            self.fleet.advance(self.clock.now_s)
 
 
 def _summary(
-    scenario: Scenario, fleet: SimulatedFleet, policy: str, oracle_cost: float, *, wall_s: float
+    sim: Simulation,
+    usage: Any,
+    seed: int,
+    duration_s: float,
+    analyzers: Counter[str],
+    *,
+    wall_s: float,
 ) -> dict[str, Any]:
-    outcomes = fleet.outcomes()
-    usage = fleet.usage()
-    slo = scenario.slo
-    names = [v.name for v in fleet.variants]
-    replicas_max = dict.fromkeys(names, 0)
-    for point in fleet.timeline:
-        for name, spec in zip(names, point.spec, strict=True):
-            replicas_max[name] = max(replicas_max[name], spec)
-    cost = usage.cost
+    outcomes = sim.fleet.outcomes()
+    slo = sim.scenario.slo
+    itl_ok = np.isnan(outcomes.itl_s) | (outcomes.itl_s <= slo.itl_ms / 1000.0)
+    met = int(np.count_nonzero((outcomes.ttft_s <= slo.ttft_ms / 1000.0) & itl_ok))
+    unfinished = outcomes.in_flight
+    requests = outcomes.completed + outcomes.dropped + unfinished
+    reasons = Counter(outcomes.dropped_reason)
+    if unfinished:
+        reasons["unfinished"] = unfinished
+    cost = float(usage.cost)
+    oracle_cost = float(sim.oracle.cost)
     return {
-        "schema": "wva-sim-summary/v1",
-        "scenario": scenario.name,
-        "policy": policy,
-        "requests": outcomes.completed + outcomes.dropped + outcomes.in_flight,
+        "schema": SCHEMA,
+        "scenario": sim.scenario.name,
+        "policy": str(sim.policy),
+        "seed": seed,
+        "duration_s": duration_s,
+        "requests": requests,
         "completed": outcomes.completed,
-        "dropped": outcomes.dropped,
-        "slo_attainment": round(outcomes.slo_attainment(ttft_s=slo.ttft_ms / 1000, itl_s=slo.itl_ms / 1000), 6),
-        "ttft_p50_ms": _round(outcomes.percentile_ms("ttft", 50)),
-        "ttft_p99_ms": _round(outcomes.percentile_ms("ttft", 99)),
-        "itl_p50_ms": _round(outcomes.percentile_ms("itl", 50)),
-        "itl_p99_ms": _round(outcomes.percentile_ms("itl", 99)),
-        "gpu_hours": round(usage.gpu_hours, 4),
-        "cost": round(cost, 4),
-        "oracle_cost": round(oracle_cost, 4),
+        "dropped": outcomes.dropped + unfinished,
+        "slo_attainment": round(met / requests, 6) if requests else 1.0,
+        "ttft_p50_ms": _ms(outcomes.percentile_ms("ttft", 50)),
+        "ttft_p99_ms": _ms(outcomes.percentile_ms("ttft", 99)),
+        "itl_p50_ms": _ms(outcomes.percentile_ms("itl", 50)),
+        "itl_p99_ms": _ms(outcomes.percentile_ms("itl", 99)),
+        "gpu_hours": round(float(usage.gpu_hours), 6),
+        "cost": round(cost, 6),
+        "oracle_cost": round(oracle_cost, 6),
         "cost_ratio_vs_oracle": round(cost / oracle_cost, 4) if oracle_cost > 0 else None,
-        "scale_events": len(fleet.scale_events),
-        "replicas_max": replicas_max,
+        "scale_events": sum(v.scale_events for v in usage.variants),
+        "replicas_max": {v.name: int(v.max_replicas) for v in usage.variants},
         "wall_s": round(wall_s, 3),
+        "cold_starts": int(usage.cold_starts),
+        "dropped_by_reason": dict(sorted(reasons.items())),
+        "engine_cycles": len(sim.cycles),
+        "analyzer_cycles": dict(sorted(analyzers.items())),
+        "oracle_infeasible_bins": sim.oracle.infeasible_bins,
+        "preemptions": int(usage.preemptions),
     }
 
 
-def _round(value: float) -> float | None:
-    return None if math.isnan(value) else round(value, 2)
+def _ms(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 3)
 
 
-def progress_bar(stream: Any = sys.stderr) -> Callable[[float], None] | None:
-    """A one-line progress bar when `stream` is a terminal, else None."""
-    if not getattr(stream, "isatty", lambda: False)():
+def progress_bar(stream: TextIO) -> Callable[[float], None] | None:
+    """A one-line progress bar on `stream` when it is a terminal, else None (no output at all)."""
+    if not stream.isatty():
         return None
     last = [-1]
 
     def show(fraction: float) -> None:
-        percent = int(fraction * 100)
+        percent = max(0, min(100, int(fraction * 100)))
         if percent != last[0]:
             last[0] = percent
-            bar = "#" * (percent // 4)
-            stream.write(f"\rsimulating [{bar:<25}] {percent:3d}%")
+            stream.write(f"\rsimulating [{'#' * (percent // 4):<25}] {percent:3d}%")
             if percent >= 100:
                 stream.write("\n")
             stream.flush()
 
     return show
-
-
-def plot(sim: Simulation, scenario: Scenario, path: Path) -> Path:
-    """Load, replicas per variant, p99 TTFT and ITL against the SLO over time, as one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fleet = sim.fleet
-    points = fleet.timeline
-    t = np.array([(p.t_s - START_S) / 60 for p in points])
-    arrived = np.array([p.arrived for p in points], dtype=float)
-    outcomes = fleet.outcomes()
-    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
-    if len(t) > 1:
-        rate = np.diff(arrived) / np.maximum(np.diff(t) * 60, 1e-9)
-        axes[0].plot(t[1:], rate, lw=0.8)
-    axes[0].set_ylabel("arrivals (req/s)")
-    for i, v in enumerate(fleet.variants):
-        axes[1].step(t, [p.spec[i] for p in points], where="post", label=f"{v.name} (spec)")
-        axes[1].plot(t, [p.ready[i] for p in points], lw=0.6, ls="--", label=f"{v.name} (ready)")
-    oracle_t = [(s / 60, sum(r.values())) for s, r in sim.oracle_timeline]
-    if oracle_t:
-        axes[1].step(
-            [x for x, _ in oracle_t],
-            [y for _, y in oracle_t],
-            where="post",
-            color="k",
-            lw=0.6,
-            label="oracle (all variants)",
-        )
-    axes[1].set_ylabel("replicas")
-    axes[1].legend(fontsize=7, loc="upper left")
-    bins = np.arange(0, max(float(t[-1]) if len(t) else 1.0, 1.0) + 1, 1.0)
-    minutes = (outcomes.arrival_s - START_S) / 60
-    p99_ttft, p99_itl = [], []
-    for lo, hi in itertools.pairwise(bins):
-        sel = (minutes >= lo) & (minutes < hi)
-        p99_ttft.append(np.percentile(outcomes.ttft_s[sel], 99) * 1000 if sel.any() else np.nan)
-        itl = outcomes.itl_s[sel]
-        itl = itl[~np.isnan(itl)]
-        p99_itl.append(np.percentile(itl, 99) * 1000 if itl.size else np.nan)
-    axes[2].plot(bins[:-1], p99_ttft, label="p99 TTFT (ms)")
-    axes[2].plot(bins[:-1], p99_itl, label="p99 ITL (ms)")
-    axes[2].axhline(scenario.slo.ttft_ms, color="C0", ls=":", lw=0.8, label="TTFT SLO")
-    axes[2].axhline(scenario.slo.itl_ms, color="C1", ls=":", lw=0.8, label="ITL SLO")
-    axes[2].set_yscale("log")
-    axes[2].set_xlabel("minutes")
-    axes[2].legend(fontsize=7, loc="upper left")
-    s = sim.summary
-    fig.suptitle(
-        f"{scenario.name} — {s['policy']}: SLO {s['slo_attainment']:.1%}, cost {s['cost']:.2f} "
-        f"(oracle {s['oracle_cost']:.2f})",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

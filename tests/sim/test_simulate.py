@@ -1,4 +1,5 @@
-"""`wva-adapter simulate` (issue 8): the summary contract (DESIGN §3.3), policies, the oracle, the CLI."""
+"""`wva-adapter simulate` (issue 8): the summary contract (DESIGN §3.3), the closed loop through the reconciler,
+policies and their errors, the CLI's exit codes."""
 
 from __future__ import annotations
 
@@ -7,109 +8,202 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from adapter.app.simulate import run_scenario
+from adapter.domain.decision import AnalyzerName
 from adapter.domain.errors import ConfigError
+from adapter.sim import policies
 from adapter.sim import scenario as scenario_module
-from adapter.sim import simulate as sim
+from adapter.sim.simulate import START_S, Simulation, simulate
 from tests.core.test_cli import wva
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = REPO / "examples" / "scenarios" / "bench" / "steps.yaml"
-FIELDS = {
+
+SUMMARY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "requests": int, "completed": int, "dropped": int, "slo_attainment": float, "ttft_p50_ms": float,
     "ttft_p99_ms": float, "itl_p50_ms": float, "itl_p99_ms": float, "gpu_hours": float, "cost": float,
     "oracle_cost": float, "cost_ratio_vs_oracle": float, "scale_events": int, "replicas_max": dict, "wall_s": float,
 }  # fmt: skip
+"""DESIGN §3.3's fields and their JSON types."""
 
 
-def _short(path: Path = STEPS, duration_s: float = 900) -> scenario_module.Scenario:
-    scenario = scenario_module.load(path)
-    raw = dict(scenario.raw)
-    raw["duration_s"] = duration_s
-    return scenario_module.parse(raw, base_dir=path.parent)
+def step_scenario(**overrides: Any) -> scenario_module.Scenario:
+    """One variant; 2 req/s, 14 req/s from 5 min to 12 min, then 2 req/s again; quick startups and a 60 s
+    scale-down window, so a 25-minute run shows both directions."""
+    raw: dict[str, Any] = {
+        "name": "step-up-down",
+        "model_id": "meta/llama-3.1-8b",
+        "namespace": "llm",
+        "duration_s": 1500,
+        "slo": {"ttft_ms": 2000, "itl_ms": 100},
+        "workload": {"kind": "step", "steps": [[0, 2], [300, 14], [720, 2]], "input_tokens": 600,
+                     "output_tokens": 120, "seed": 5},
+        "variants": [{"name": "l4", "accelerator": "L4", "cost": 0.8, "min_replicas": 1, "max_replicas": 8,
+                      "startup_s": {"median": 30, "p90": 30},
+                      "perf": {"alpha_ms": 22, "beta_ms": 0.09, "gamma_ms": 0.0003, "kv_cache_tokens": 40000,
+                               "max_num_seqs": 128}}],
+        "actuation": {"kind": "hpa", "scale_down_stabilization_s": 60},
+        "engine": {"interval_s": 30},
+    }  # fmt: skip
+    raw.update(overrides)
+    return scenario_module.parse(raw, base_dir=REPO)
 
 
 @pytest.fixture(scope="module")
-def steps_v1() -> sim.Simulation:
-    return sim.simulate(_short(), policy="wva-v1")
+def step_v1() -> Simulation:
+    return run_scenario(step_scenario(), policy="wva-v1")
 
 
-def test_summary_has_every_field_with_its_type(steps_v1: sim.Simulation) -> None:
-    summary: dict[str, Any] = steps_v1.summary
+def test_summary_has_every_field_with_its_json_type(step_v1: Simulation) -> None:
+    summary = json.loads(json.dumps(step_v1.summary))
     assert summary["schema"] == "wva-sim-summary/v1"
-    for name, kind in FIELDS.items():
+    for name, kind in SUMMARY_FIELDS.items():
         assert isinstance(summary[name], kind), (name, summary[name])
-    assert summary["requests"] >= summary["completed"] + summary["dropped"]
+        assert not isinstance(summary[name], bool), name
+    assert summary["requests"] == summary["completed"] + summary["dropped"]
     assert 0 <= summary["slo_attainment"] <= 1
-    assert set(summary["replicas_max"]) == {"llama-8b-l4", "llama-8b-a100"}
+    assert summary["replicas_max"] == {"l4": max(p.spec[0] for p in step_v1.fleet.timeline)}
     assert summary["cost_ratio_vs_oracle"] == pytest.approx(summary["cost"] / summary["oracle_cost"], rel=1e-3)
+    assert summary["ttft_p50_ms"] <= summary["ttft_p99_ms"]
+    assert summary["itl_p50_ms"] <= summary["itl_p99_ms"]
+    assert summary["gpu_hours"] * 0.8 == pytest.approx(summary["cost"], rel=1e-6)  # one GPU per replica at 0.8/h
 
 
-def test_wva_v1_scales_up_under_the_step(steps_v1: sim.Simulation) -> None:
-    # steps: 4 req/s, then 24 req/s at 10 min: the cheap variant gains replicas after the step
-    before = max(p.spec[0] for p in steps_v1.fleet.timeline if p.t_s - sim.START_S < 600)
-    after = max(p.spec[0] for p in steps_v1.fleet.timeline if p.t_s - sim.START_S >= 600)
-    assert after > before
+def test_wva_v1_scales_up_under_the_step_and_back_down(step_v1: Simulation) -> None:
+    def spec_at(t_s: float) -> int:
+        return [p.spec[0] for p in step_v1.fleet.timeline if p.t_s <= START_S + t_s][-1]
+
+    before = max(p.spec[0] for p in step_v1.fleet.timeline if p.t_s < START_S + 300)
+    peak = max(p.spec[0] for p in step_v1.fleet.timeline if START_S + 300 <= p.t_s < START_S + 780)
+    assert before == 1
+    assert peak >= 3, "14 req/s needs several replicas"
+    assert spec_at(1500) < peak, "after the step, the replicas come back down"
+    assert step_v1.summary["analyzer_cycles"] == {str(AnalyzerName.SATURATION_PERCENTAGE): 50}
 
 
-def test_oracle_grows_with_load_and_pays_startups() -> None:
-    scenario = _short()
-    cost, plan = sim.oracle(scenario, 900)
-    low = sum(r for t, reps in plan if t < 600 for r in reps.values())
-    high = sum(r for t, reps in plan if t >= 600 for r in reps.values())
-    assert high / 10 > low / 20  # 24 req/s needs more replicas per bin than 4 req/s
-    hourly = (
-        sum(sum(reps[v.name] * v.cost for v in scenario.fleet_config(start_s=0).variants) for _, reps in plan)
-        * 30
-        / 3600
-    )
-    assert cost > hourly  # startup time is paid too
+def test_the_engine_sees_what_the_collector_assembles(step_v1: Simulation) -> None:
+    # decisions went through the reconciler: the served values are the VA status the cluster stored
+    desired = [d["l4"] for _, d in step_v1.cycles]
+    assert max(desired) >= 3
+    assert len(step_v1.cycles) == step_v1.summary["engine_cycles"] == 50
 
 
-@pytest.mark.parametrize("policy", ["hpa-kv", "keda-queue", "static", "wva-v2", "wva-slo"])
+@pytest.mark.parametrize("policy", ["wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static"])
 def test_every_policy_runs_and_static_never_scales(policy: str) -> None:
-    summary = sim.simulate(_short(duration_s=300), policy=policy).summary
-    assert summary["policy"] == policy
+    sim = run_scenario(step_scenario(duration_s=600), policy=policy)
+    assert sim.summary["policy"] == policy
     if policy == "static":
-        assert summary["scale_events"] == 0
+        assert sim.summary["scale_events"] == 0
+        assert sim.summary["cold_starts"] == 0
+    else:
+        assert sim.summary["scale_events"] > 0, "the 14 req/s step is far above one replica"
+    if policy.startswith("wva-"):
+        expected = policies.POLICY_ANALYZER[policies.Policy(policy)]
+        assert str(expected) in sim.summary["analyzer_cycles"]
 
 
-def test_unknown_policy_is_an_error() -> None:
+def test_same_seed_same_summary() -> None:
+    a = run_scenario(step_scenario(duration_s=300), policy="wva-v1", seed=3).summary
+    b = run_scenario(step_scenario(duration_s=300), policy="wva-v1", seed=3).summary
+    c = run_scenario(step_scenario(duration_s=300), policy="wva-v1", seed=4).summary
+    a.pop("wall_s"), b.pop("wall_s"), c.pop("wall_s")
+    assert a == b
+    assert a["requests"] != c["requests"], "a different seed draws a different workload"
+
+
+@pytest.mark.parametrize(
+    ("policy", "implemented", "needs"),
+    [
+        pytest.param("wva-v2", {AnalyzerName.SATURATION_PERCENTAGE}, "saturation-token-based", id="v2-missing"),
+        pytest.param("wva-slo", {AnalyzerName.SATURATION_PERCENTAGE}, "queueing-model", id="slo-missing"),
+        pytest.param("wva-v1", {AnalyzerName.QUEUEING_MODEL}, "saturation-percentage-based", id="v1-missing"),
+    ],
+)
+def test_a_policy_without_its_analyzer_is_an_error_never_a_silent_v1(
+    policy: str, implemented: set[AnalyzerName], needs: str
+) -> None:
+    with pytest.raises(policies.PolicyError, match=f"needs the {needs} analyzer"):
+        policies.parse_policy(policy, implemented=frozenset(implemented))
+
+
+def test_unknown_policy_and_missing_metrics_path_are_errors() -> None:
     with pytest.raises(ConfigError, match="policy 'magic'"):
-        sim.policy_configmaps(_short(), "magic")
+        simulate(step_scenario(), policy="magic")
+    with pytest.raises(ValueError, match="needs a metrics factory"):
+        simulate(step_scenario(), policy="wva-v1")
 
 
-def test_unimplemented_analyzer_is_an_error_never_a_silent_v1(monkeypatch: pytest.MonkeyPatch) -> None:
-    from adapter import engine
-    from adapter.domain.decision import AnalyzerName
+# ------------------------------------------------------------------------------------------ CLI
 
-    monkeypatch.setattr(engine, "IMPLEMENTED_ANALYZERS", frozenset({AnalyzerName.SATURATION_PERCENTAGE}))
-    with pytest.raises(ConfigError, match="does not implement"):
-        sim.policy_configmaps(_short(), "wva-slo")
+
+def short_steps(tmp_path: Path, seconds: int = 300) -> Path:
+    path = tmp_path / "steps.yaml"
+    raw = yaml.safe_load(STEPS.read_text())
+    raw["duration_s"] = seconds
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
 
 
 def test_cli_prints_the_summary_and_writes_a_plot(tmp_path: Path) -> None:
-    scenario = tmp_path / "s.yaml"
-    text = STEPS.read_text().replace("duration_s: 1800", "duration_s: 300")
-    scenario.write_text(text)
-    result = wva("simulate", "--scenario", scenario, "--policy", "hpa-kv", "--out", tmp_path / "out")
+    result = wva("simulate", "--scenario", short_steps(tmp_path), "--policy", "hpa-kv", "--out", tmp_path / "out")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["policy"] == "hpa-kv"
-    assert (tmp_path / "out" / "steps-hpa-kv.png").stat().st_size > 10_000
+    summary = json.loads(result.stdout)
+    assert summary["policy"] == "hpa-kv"
+    png = tmp_path / "out" / "steps-hpa-kv.png"
+    assert summary["plot"] == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "simulating [" not in result.stderr, "no progress bar when stderr is not a terminal"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--policy", "magic"], "policy 'magic'", id="unknown-policy"),
+        pytest.param(["--seed", "-1"], "--seed", id="negative-seed"),
+    ],
+)
+def test_cli_bad_arguments_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    result = wva("simulate", "--scenario", short_steps(tmp_path), *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
 
 
 @pytest.mark.parametrize(
     ("edit", "key"),
     [
-        pytest.param(("model_id: meta/llama-3.1-8b\n", ""), "model_id", id="missing-model"),
-        pytest.param(("engine: {interval_s: 30}", "engine: {interval_s: 30}\nbogus: 1"), "bogus", id="unknown-key"),
-        pytest.param(("kind: step,", "kind: wobble,"), "workload.kind", id="bad-workload-kind"),
+        pytest.param(("model_id: meta/llama-3.1-8b\n", ""), "scenario.model_id", id="missing-model"),
+        pytest.param(("namespace: llm\n", "namespace: llm\nbogus: 1\n"), "scenario.bogus", id="unknown"),
+        pytest.param(("kind: step\n", "kind: wobble\n"), "scenario.workload.kind", id="bad-workload-kind"),
+        pytest.param(
+            ("alpha_ms: 9.5\n", "alpha_ms: -9.5\n"), "scenario.variants[0].perf.alpha_ms", id="negative-alpha"
+        ),
+        pytest.param(("policy: wva-v1", "policy: magic"), "scenario.policy", id="bad-policy-key"),
     ],
 )
-def test_invalid_scenarios_exit_2_naming_the_key(tmp_path: Path, edit: tuple[str, str], key: str) -> None:
+def test_cli_invalid_scenarios_exit_2_naming_the_key(tmp_path: Path, edit: tuple[str, str], key: str) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(STEPS.read_text().replace(*edit))
+    text = short_steps(tmp_path).read_text() + "policy: wva-v1\n"
+    assert edit[0] in text
+    path.write_text(text.replace(*edit))
     result = wva("simulate", "--scenario", path)
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     assert key in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_missing_scenario_file_exits_2(tmp_path: Path) -> None:
+    result = wva("simulate", "--scenario", tmp_path / "absent.yaml")
+    assert result.returncode == 2
+    assert "cannot read" in result.stderr
+
+
+def test_cli_refuses_a_policy_whose_analyzer_is_not_implemented(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapter import cli, engine
+
+    monkeypatch.setattr(engine, "IMPLEMENTED_ANALYZERS", frozenset({AnalyzerName.SATURATION_PERCENTAGE}))
+    code = cli.main(["simulate", "--scenario", str(STEPS), "--policy", "wva-slo"])
+    assert code == 2
