@@ -1,7 +1,10 @@
 """Simulated world for `demo` and `simulate`: workloads, a vLLM fleet on a virtual clock, HPA/KEDA emulation.
 
 Nothing here reads the wall clock: every call takes `now_s` / `until_s`. The fleet produces domain
-`Snapshot`s and accepts replica counts, so the engine can be driven without importing it here.
+`Snapshot`s (the demo) and scrapes (`metricspath.SeriesStore`, the simulated Prometheus `simulate` queries
+through the collector), and accepts replica counts. `simulate` runs the reconciler `serve` runs
+(`pipeline`), selects policies (`policies`), prices the clairvoyant oracle (`oracle`) and plots (`plot`);
+see docs/simulator.md.
 """
 
 from adapter.sim.actuators import (

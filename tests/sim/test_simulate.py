@@ -3,19 +3,22 @@ policies and their errors, the CLI's exit codes."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapter.app.simulate import run_scenario
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.errors import ConfigError
 from adapter.sim import policies
 from adapter.sim import scenario as scenario_module
-from adapter.sim.simulate import START_S, Simulation, simulate
+from adapter.sim.simulate import START_S, Simulation, progress_bar, simulate
 from tests.core.test_cli import wva
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,3 +210,48 @@ def test_cli_refuses_a_policy_whose_analyzer_is_not_implemented(monkeypatch: pyt
     monkeypatch.setattr(engine, "IMPLEMENTED_ANALYZERS", frozenset({AnalyzerName.SATURATION_PERCENTAGE}))
     code = cli.main(["simulate", "--scenario", str(STEPS), "--policy", "wva-slo"])
     assert code == 2
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    rate=st.floats(0.5, 12.0),
+    input_tokens=st.sampled_from([200, 800, 3000]),
+    cost=st.floats(0.5, 4.0),
+    replicas=st.integers(1, 4),
+)
+def test_the_oracle_never_costs_more_than_a_fleet_that_covers_the_demand(
+    rate: float, input_tokens: int, cost: float, replicas: int
+) -> None:
+    """A static fleet at max_replicas is one schedule the oracle's program may pick (no startups), so the
+    oracle's cost in the summary is at most its cost, whatever the load."""
+    variant = {
+        "name": "a",
+        "cost": cost,
+        "min_replicas": 1,
+        "max_replicas": replicas,
+        "initial_replicas": replicas,
+        "perf": {"alpha_ms": 9.5, "beta_ms": 0.066, "gamma_ms": 0.00008, "kv_cache_tokens": 440000},
+    }
+    workload = {"kind": "poisson", "rate_rps": rate, "input_tokens": input_tokens, "output_tokens": 150}
+    sim = run_scenario(step_scenario(duration_s=240, workload=workload, variants=[variant]), policy="static")
+    assert sim.summary["oracle_cost"] <= sim.summary["cost"] * (1 + 1e-6)
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    class Stream(io.StringIO):
+        def __init__(self, tty: bool) -> None:
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+    assert progress_bar(Stream(False)) is None
+    terminal = Stream(True)
+    show = progress_bar(terminal)
+    assert show is not None
+    for fraction in (0.0, 0.5, 0.5, 1.0):
+        show(fraction)
+    text = terminal.getvalue()
+    assert text.count("\r") == 3, "redrawn only when the percentage changes"
+    assert text.endswith("100%\n")
