@@ -2,7 +2,7 @@
 election on the fake API's Lease, a real Prometheus scraping an emulated vLLM pod and EPP. The leader learns
 (α, β, γ) and persists them in VA status; the follower never writes; after the leader stops, the new leader
 continues the persisted filter (its accepted-observation count goes on from the old leader's) instead of
-bootstrapping afresh, and serves the same λ* within 5 %.
+bootstrapping afresh, and serves the same λ* within 5 %. The recommender's checkpoint makes the same trip.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 
 from adapter.k8s import resources as r
 from adapter.k8s.leader import DEFAULT_LEASE_NAME
+from adapter.recommender.recommender import VariantHistory
 from tests.e2e_prometheus.prom import PrometheusProcess
 from tests.k8s import builders as b
 
@@ -103,6 +104,15 @@ async def test_new_leader_continues_the_learned_filter(
         assert after["accepted"] + after["rejected"] > before["accepted"] + before["rejected"]  # continued, not re-fit
         assert after["alpha_ms"] == pytest.approx(before["alpha_ms"], rel=0.05)
         assert lam_after == pytest.approx(lam_before, rel=0.05)
+        # The recommender's checkpoint, written by the old leader through the API, is what the new leader's watch
+        # holds: it restores to a history (tests/recommender shows a restored history giving the same bounds),
+        # and the new leader serves a bounded recommendation.
+        status = cluster.va(CHEAP)["status"]
+        restored = VariantHistory.restore(status["learned"]["recommender"], now_s=0.0)
+        assert restored.samples >= 1
+        served = status["recommendation"]
+        print(f"recommender checkpoint: {restored.samples} sample(s); served after the fail-over: {served}")
+        assert status["recommendation"]["upperBound"] < 2**31 - 1
     finally:
         for serve in serves.values():
             if not serve.task.done():
