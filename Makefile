@@ -70,6 +70,7 @@ bench: install
 # The decision-quality benchmark: every policy on every workload -> docs/benchmarks/decision-quality.md
 bench-sim: install
 	$(BIN)/python -m tests.bench_sim
+	$(BIN)/python -m tests.bench_floor
 
 fmt: install
 	$(BIN)/ruff format adapter tests
