@@ -5,7 +5,7 @@ and a new `serve` process-worth of state (a fresh engine, as after a restart or 
 status: its filter continues from the persisted state (counts go on, α moves by one update) instead of
 bootstrapping afresh. (With one steady pod the three parameters are not all identifiable, so λ* keeps drifting
 slowly along the curve that fits the single operating point; λ* within 1 % across a restart under varied load is
-`tests/queueing/test_slo_analyzer.py::test_engine_learns_persists_and_a_restart_resumes_with_the_same_capacity`.)
+`tests/queueing/test_analyzer.py::test_engine_learns_persists_and_a_restart_resumes_with_the_same_capacity`.)
 
 The API server is the fake one (`tests/k8s/fake_apiserver.py`): what is tested here is the persistence path
 through VA status, which the real control plane's e2e (tests/e2e_k8s) exercises for the status writes.

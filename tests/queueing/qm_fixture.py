@@ -49,9 +49,9 @@ def _old_state() -> dict[str, Any]:
     p = 0.02**2  # confident: it was learned over days on the old hardware
     state = ekf.FilterState(
         *OLD,
-        ((p, 0, 0), (0, p, 0), (0, 0, p)),  # type: ignore[arg-type]
-        tuple(v / 100 for v in OLD),
-        tuple(v * 100 for v in OLD),
+        ((p, 0, 0), (0, p, 0), (0, 0, p)),
+        (OLD[0] / 100, OLD[1] / 100, OLD[2] / 100),
+        (OLD[0] * 100, OLD[1] * 100, OLD[2] * 100),
         T0_S - 3600,
         500,
         3,

@@ -1,34 +1,62 @@
 """The queueing-model SLO analyzer (seed 003; research §3.5–3.8): latency targets → requests/s per replica.
 
+API (what the engine calls, once per model per cycle)::
+
+    signal, learned = analyze(model, views, pods_by_variant, cfg=cfg, learned=learned, now_s=now_s)
+
+- `views`: the model's variants (VA spec + scale target); `pods_by_variant`: variant name → its pods' metrics
+  (`arrival_rate_rps`, `avg_ttft_s`, `avg_itl_s`, `avg_input_tokens`, `avg_output_tokens`, `max_batch_size`);
+  `cfg`: the model's resolved `wva-queueing-model-config` entry; `learned`: variant name → the filter state the
+  engine remembers or read back from VA status (`learned.queueingModel`, `FilterState.from_json`).
+- returns a `CapacitySignal` in requests/s, or `NoSignal(model, analyzer, reason)` when the model cannot be
+  sized this cycle, and every variant's filter state after this cycle (persist each with `to_json()`).
+
 Per model, each cycle:
 
-1. **Workload**, over busy pods (arrival rate > 0): arrival-rate-weighted mean input and output tokens,
-   TTFT and ITL, e.g. I = Σ λ_i·I_i / Σ λ_i.
-2. **Learning** (when `tuningEnabled`): each variant's filter (adapter.analyzers.queueing.ekf) is updated with
-   one observation per busy pod of that variant; a cold variant is bootstrapped from its pods; a filter lost for
-   3 cycles is re-fitted.
-3. **SLO** (`resolve_slo`): explicit targets → inferred from the learned parameters → observed × 1.5, capped.
-4. **Capacity**: per variant λ* = the largest rate one replica sustains within the SLO
-   (`QueueModel.max_rate`), the throughput at λ*, in requests/s. A variant without parameters has capacity 0
-   (unknown: never chosen, never free).
-5. **Signal** in requests/s:
+1. **Workload** (`slo.workload`), over busy pods (arrival rate > 0) of all variants: Σλ and arrival-weighted
+   means of input and output tokens, TTFT and ITL.
+2. **Learning** (when `tuningEnabled`): each variant's filter (`ekf.advance`) takes one observation per busy
+   pod of that variant: a cold variant is bootstrapped from its pods, a lost filter is re-fitted.
+3. **SLO** (`slo.resolve_slo`): explicit targets → inferred from the learned parameters → observed × 1.5, capped.
+4. **Capacity**: per variant λ* = the throughput at the largest rate one replica sustains within the SLO
+   (`QueueModel.max_rate`, upstream's `Size`), with the variant's learned parameters and the model's request
+   size, in requests/s. A variant without learned parameters, or whose parameters cannot meet the SLO, is a
+   zero-capacity placeholder (capacity unknown: never chosen, never free).
+5. **Signal** in requests/s, with ready_v = current_v − pending_v:
 
-       supply = Σ ready_v · λ*_v        anticipated = Σ (ready_v + pending_v) · λ*_v      demand = Σ λ_i
+       supply = Σ ready_v · λ*_v        anticipated = Σ current_v · λ*_v        demand = Σλ
        required = max(0, demand − anticipated)          spare = max(0, supply − demand)
 
-   so that one variant ends at ceil(demand / λ*) replicas: the fault upstream had (capacity computed from the
-   desired count, which made `required` structurally 0) cannot occur. Worked example: λ* = 2.5 req/s, 2 ready
-   replicas, demand 7 req/s: required = 7 − 5 = 2 → ceil(2 / 2.5) = 1 more → 3 = ceil(7 / 2.5).
+   so that with one variant the allocation step ends at ceil(Σλ / λ*) replicas. Upstream computed each
+   variant's capacity from its *desired* count, which made `required` structurally 0; capacity here comes
+   only from replicas that exist. Worked example: λ* = 2.5 req/s, 2 replicas, demand 7 req/s:
+   required = 7 − 5 = 2 → ceil(2 / 2.5) = 1 more → 3 = ceil(7 / 2.5).
+
+`analysis` (DESIGN §3.2): `slo{target_ttft_ms, target_itl_ms, source}`; per variant `alpha, beta, gamma`
+(ms; null when nothing is learned), `max_rps_per_replica` (λ*), `total_arrival_rps` (Σλ of the variant's own
+busy pods) and `required_replicas` (ceil(total_arrival_rps / λ*): what it needs for the traffic it carries;
+null when λ* is unknown); and the model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`,
+`spare_capacity`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.model import QueueModel, RequestSize
+from adapter.analyzers.queueing.slo import (
+    FALLBACK_HEADROOM,
+    MAX_FALLBACK_ITL_MS,
+    MAX_FALLBACK_TTFT_MS,
+    Slo,
+    Workload,
+    busy,
+    resolve_slo,
+    usable,
+    workload,
+)
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, VariantSupply
@@ -37,94 +65,44 @@ from adapter.domain.errors import ModelError
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import PodMetrics, VariantView
 
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "FALLBACK_HEADROOM",
+    "MAX_FALLBACK_ITL_MS",
+    "MAX_FALLBACK_TTFT_MS",
+    "Slo",
+    "Workload",
+    "analyze",
+    "environments",
+    "learn",
+    "required_replicas",
+    "resolve_slo",
+    "workload",
+]
+
 DEFAULT_MAX_BATCH = 256
-FALLBACK_HEADROOM = 1.5
-MAX_FALLBACK_TTFT_MS = 10_000.0
-MAX_FALLBACK_ITL_MS = 500.0
+"""Batch limit N when neither the pods (`max_batch_size`) nor the pod template (`--max-num-seqs`) say."""
 
 
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """Arrival-rate-weighted means over busy pods (zeros when none is busy)."""
-
-    total_arrival_rps: float = 0.0
-    busy_pods: int = 0
-    input_tokens: float = 0.0
-    output_tokens: float = 0.0
-    ttft_ms: float = 0.0
-    itl_ms: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    target_ttft_ms: float
-    target_itl_ms: float
-    source: str
-    """explicit | inferred | observed"""
-
-
-def _ok(value: float | None) -> float:
-    return value if value is not None and math.isfinite(value) and value > 0 else 0.0
-
-
-def _busy(pods: Sequence[PodMetrics]) -> list[PodMetrics]:
-    return [p for p in pods if _ok(p.arrival_rate_rps) > 0]
-
-
-def workload(pods: Sequence[PodMetrics]) -> Workload:
-    busy = _busy(pods)
-    total = sum(_ok(p.arrival_rate_rps) for p in busy)
-    if total <= 0:
-        return Workload()
-
-    def weighted(get: str) -> float:
-        return sum(_ok(p.arrival_rate_rps) * _ok(getattr(p, get)) for p in busy) / total
-
-    return Workload(
-        total_arrival_rps=total,
-        busy_pods=len(busy),
-        input_tokens=weighted("avg_input_tokens"),
-        output_tokens=weighted("avg_output_tokens"),
-        ttft_ms=weighted("avg_ttft_s") * 1000.0,
-        itl_ms=weighted("avg_itl_s") * 1000.0,
-    )
-
-
-def resolve_slo(cfg: QueueingConfig, learned: Sequence[ekf.FilterState], load: Workload) -> Slo | None:
-    """Explicit targets; else inferred: TTFT* = k·α + (β+γ)·I and ITL* = k·α + β + γ·(I + (O+1)/2), the
-    element-wise max over variants with parameters (k = sloMultiplier, default 3: ρ ≈ 1 − 1/k); else observed
-    × 1.5 capped at 10 s / 500 ms. Example (k 3; α 20, β 0.08, γ 0.0002; I 512, O 128): TTFT* = 60 + 0.0802·512
-    = 101.06 ms; ITL* = 60 + 0.08 + 0.0002·576.5 = 60.195 ms."""
-    if cfg.explicit_slo:
-        return Slo(cfg.target_ttft_ms, cfg.target_itl_ms, "explicit")
-    k = cfg.slo_multiplier if cfg.slo_multiplier > 1 else 3.0
-    i, o = load.input_tokens, load.output_tokens
-    inferred = [
-        (k * s.alpha_ms + (s.beta_ms + s.gamma_ms) * i, k * s.alpha_ms + s.beta_ms + s.gamma_ms * (i + (o + 1) / 2))
-        for s in learned
-    ]
-    if inferred and i > 0 and o > 0:
-        return Slo(max(t for t, _ in inferred), max(t for _, t in inferred), "inferred")
-    if load.ttft_ms > 0 and load.itl_ms > 0:
-        return Slo(
-            min(load.ttft_ms * FALLBACK_HEADROOM, MAX_FALLBACK_TTFT_MS),
-            min(load.itl_ms * FALLBACK_HEADROOM, MAX_FALLBACK_ITL_MS),
-            "observed",
-        )
-    return None
+def required_replicas(arrival_rps: float, lambda_star_rps: float) -> int | None:
+    """ceil(arrival / λ*), None when λ* is unknown (≤ 0). The 1e-9 keeps 6.0 / 2.0 at 3 despite rounding."""
+    if lambda_star_rps <= 0:
+        return None
+    return max(0, math.ceil(arrival_rps / lambda_star_rps - 1e-9))
 
 
 def environments(pods: Sequence[PodMetrics], max_batch: int) -> list[ekf.Environment]:
+    """One filter observation per busy pod (latencies in ms); invalid ones are dropped by the filter."""
     return [
         ekf.Environment(
-            arrival_rps=_ok(p.arrival_rate_rps),
-            input_tokens=_ok(p.avg_input_tokens),
-            output_tokens=_ok(p.avg_output_tokens),
+            arrival_rps=usable(p.arrival_rate_rps),
+            input_tokens=usable(p.avg_input_tokens),
+            output_tokens=usable(p.avg_output_tokens),
             max_batch=max_batch,
-            ttft_ms=_ok(p.avg_ttft_s) * 1000.0,
-            itl_ms=_ok(p.avg_itl_s) * 1000.0,
+            ttft_ms=usable(p.avg_ttft_s) * 1000.0,
+            itl_ms=usable(p.avg_itl_s) * 1000.0,
         )
-        for p in _busy(pods)
+        for p in busy(pods)
     ]
 
 
@@ -146,21 +124,17 @@ def learn(
     now_s: float,
 ) -> tuple[ekf.FilterState | None, str]:
     """The variant's filter after this cycle's observations, and a note ("" when nothing to say)."""
-    envs = environments(pods, _max_batch(view, pods))
     if not cfg.tuning_enabled:
         return previous, ""
-    if not any(e.valid for e in envs):
-        return previous, ""
-    if previous is None or previous.lost_cycles >= ekf.LOST_AFTER_CYCLES:
-        note = "" if previous is None else f"{view.key.name}: filter lost for {previous.lost_cycles} cycles; re-fitted"
-        return ekf.initial_state(envs, now_s=now_s), note
-    outcome = ekf.update(previous, envs, now_s=now_s)
-    note = (
-        f"{view.key.name}: {outcome.rejected} observation(s) rejected ({outcome.reasons[0]})"
-        if outcome.rejected
-        else ""
-    )
-    return outcome.state, note
+    outcome = ekf.advance(previous, environments(pods, _max_batch(view, pods)), now_s=now_s)
+    if outcome is None:
+        return None, ""
+    name = view.key.name
+    if outcome.started == "re-fitted" and previous is not None:
+        return outcome.state, f"{name}: filter lost for {previous.lost_cycles} cycles; re-fitted"
+    if outcome.rejected:
+        return outcome.state, f"{name}: {outcome.rejected} observation(s) rejected ({outcome.reasons[0]})"
+    return outcome.state, ""
 
 
 def analyze(
@@ -172,7 +146,8 @@ def analyze(
     learned: Mapping[str, ekf.FilterState],
     now_s: float,
 ) -> tuple[CapacitySignal | NoSignal, dict[str, ekf.FilterState]]:
-    """The model's signal in requests/s and every variant's filter state after this cycle."""
+    """The model's signal in requests/s and every variant's filter state after this cycle (module docstring).
+    Never raises on bad metrics: missing, NaN or negative values count as absent."""
     all_pods = [p for v in views for p in pods_by_variant.get(v.key.name, ())]
     load = workload(all_pods)
     states: dict[str, ekf.FilterState] = {}
@@ -189,9 +164,12 @@ def analyze(
     if slo is None:
         reason = "no SLO targets: none configured, no learned parameters and no observed TTFT/ITL"
         return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason, {"busy_pods": load.busy_pods}), states
-    if load.input_tokens <= 0 and load.output_tokens < 1:
-        reason = "no busy pod reports request sizes (avg input/output tokens)"
-        return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason), states
+    if load.busy_pods == 0:
+        reason = "no busy pod (arrival rate 0 or unknown everywhere): no request size to size replicas for"
+        return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason, {"slo": slo.to_json()}), states
+    if load.output_tokens < 1:
+        reason = "no busy pod reports request sizes (avg output tokens)"
+        return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason, {"slo": slo.to_json()}), states
 
     variants: list[VariantSupply] = []
     per_variant: dict[str, dict[str, object]] = {}
@@ -201,7 +179,7 @@ def analyze(
         rate, why = _max_rate(state, load, slo, _max_batch(view, pods))
         if why:
             notes.append(f"{view.key.name}: {why}")
-        demand = sum(_ok(p.arrival_rate_rps) for p in _busy(pods))
+        own_arrival = sum(usable(p.arrival_rate_rps) for p in busy(pods))
         target = view.target
         current = target.replicas if target else 0
         pending = target.pending_replicas if target else 0
@@ -217,7 +195,7 @@ def analyze(
                 pending_replicas=pending,
                 gpus_per_replica=max(1, target.gpus_per_replica) if target else 1,
                 accelerator=normalize_accelerator(view.accelerator),
-                demand=demand,
+                demand=own_arrival,
             )
         )
         per_variant[view.key.name] = {
@@ -225,43 +203,36 @@ def analyze(
             "beta": round(state.beta_ms, 8) if state else None,
             "gamma": round(state.gamma_ms, 10) if state else None,
             "max_rps_per_replica": round(rate, 6),
-            "total_arrival_rps": round(load.total_arrival_rps, 6),
-            "required_replicas": math.ceil(load.total_arrival_rps / rate - 1e-9) if rate > 0 else None,
+            "total_arrival_rps": round(own_arrival, 6),
+            "required_replicas": required_replicas(own_arrival, rate),
         }
     if not any(v.per_replica_capacity > 0 for v in variants):
         reason = "no variant's capacity at the SLO is known: " + "; ".join(notes[:3])
-        return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason[:400], {"slo": _slo_json(slo)}), states
+        return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason[:400], {"slo": slo.to_json()}), states
 
     supply = sum(v.ready_replicas * v.per_replica_capacity for v in variants)
-    anticipated = sum((v.ready_replicas + v.pending_replicas) * v.per_replica_capacity for v in variants)
+    anticipated = sum(v.current_replicas * v.per_replica_capacity for v in variants)
     demand = load.total_arrival_rps
+    required, spare = max(0.0, demand - anticipated), max(0.0, supply - demand)
     analysis = {
-        "slo": _slo_json(slo),
+        "slo": slo.to_json(),
         "variants": per_variant,
         "total_arrival_rps": round(demand, 6),
         "total_supply_rps": round(supply, 6),
-        "required_capacity": round(max(0.0, demand - anticipated), 6),
-        "spare_capacity": round(max(0.0, supply - demand), 6),
+        "required_capacity": round(required, 6),
+        "spare_capacity": round(spare, 6),
     }
     signal = CapacitySignal(
         model=model,
         analyzer=AnalyzerName.QUEUEING_MODEL,
         unit=CapacityUnit.REQUESTS_PER_S,
-        required=max(0.0, demand - anticipated),
-        spare=max(0.0, supply - demand),
+        required=required,
+        spare=spare,
         variants=tuple(variants),
         analysis=analysis,
         notes=tuple(notes),
     )
     return signal, states
-
-
-def _slo_json(slo: Slo) -> dict[str, object]:
-    return {
-        "target_ttft_ms": round(slo.target_ttft_ms, 3),
-        "target_itl_ms": round(slo.target_itl_ms, 3),
-        "source": slo.source,
-    }
 
 
 def _max_rate(state: ekf.FilterState | None, load: Workload, slo: Slo, max_batch: int) -> tuple[float, str]:
@@ -271,7 +242,7 @@ def _max_rate(state: ekf.FilterState | None, load: Workload, slo: Slo, max_batch
     try:
         model = QueueModel(
             state.params(),
-            RequestSize(max(load.input_tokens, 0.0), max(load.output_tokens, 1.0)),
+            RequestSize(load.input_tokens, load.output_tokens),
             max_batch=max_batch,
             max_queue=ekf.QUEUE_TO_BATCH * max_batch,
         )

@@ -1,5 +1,5 @@
 """Online learning of a variant's service parameters x = (α, β, γ) with an extended Kalman filter (seed 003;
-research §3.6).
+research §3.6). Pure: numpy and scipy, no clock, no I/O; nothing here raises on bad data.
 
 One observation per busy pod ("environment"): its arrival rate λ, request size (I, O), batch limit N, and the
 measured z = (TTFT, ITL) in ms. The measurement function is the queueing model itself:
@@ -7,27 +7,49 @@ measured z = (TTFT, ITL) in ms. The measurement function is the queueing model i
     h(x) = (W + prefill, ITL) of QueueModel(α, β, γ; I, O; N, queue 10·N).analyze(λ)
            (the tuner's TTFT leaves out the one decode step that `analyze().ttft_ms` includes)
 
-The filter runs on θ = log x (so every parameter stays positive and its uncertainty is relative: γ ≈ 2e-4 and
+The filter runs on θ = log x, so every parameter stays positive and its uncertainty is relative (γ ≈ 2e-4 and
 α ≈ 20 get the same treatment). Each cycle, for each environment in turn, with θ a random walk:
 
-    predict   P ← P + Q                                   Q = diag(0.01²)        (1 % drift per observation)
-    update    y = z − h(e^θ);  H = ∂h/∂θ (central differences, step 0.01, i.e. 1 % of x)
-              S = H P Hᵀ + R;  K = P Hᵀ S⁻¹;  θ ← clamp(θ + K y);  P ← (I − K H) P
-              R = diag(((0.05 / 1.96)² / 1.0) · z_first²)   (5 % error at 95 %, from the first busy pod)
-    gate      NIS = yᵀ S⁻¹ y ≥ 7.378 (the χ²₂ 97.5 % quantile), a non-positive parameter, a singular S or a
-              model error → the update is rejected and x, P stay as they were
+    predict   P ← P + Q                        Q = diag(0.01²)          (1 % drift per observation)
+    gate      y = z − h(e^θ);  H = ∂h/∂θ       (central differences, step 0.01 in θ, i.e. 1 % of x)
+              R = diag((σ_z·z)²)               σ_z = (0.05 / 1.96) / √1.0  (5 % error at 95 %, of this pod's z)
+              S = H P Hᵀ + R;  NIS = yᵀ S⁻¹ y
+              NIS ≥ 7.378 (the χ²₂ 97.5 % quantile), S not positive definite, or h not evaluable → rejected:
+              θ and P stay exactly as they were
+    update    iterated (Gauss-Newton) EKF: θ_0 = θ, and while the last step moved some θ_j by more than 0.02
+              (at most 5 passes), re-linearise at θ_i:
+                  K_i = P H_iᵀ (H_i P H_iᵀ + R)⁻¹,   θ_{i+1} = clamp(θ + K_i (z − h(θ_i) − H_i (θ − θ_i)))
+              P ← (I − K H) P (I − K H)ᵀ + K R Kᵀ   (Joseph form, with the last pass's K and H)
 
-Worked example of the gate: with S = diag(4, 1) and y = (4, 2), NIS = 16/4 + 4/1 = 8 ≥ 7.378 → rejected.
+Worked example of the gate: S = diag(4, 1) and y = (4, 2): NIS = 16/4 + 4/1 = 8 ≥ 7.378 → rejected.
+Worked example of R: a pod reporting TTFT 200 ms and ITL 30 ms: σ_z = 0.02551, R = diag(5.102², 0.7653²) =
+diag(26.03, 0.5857) ms².
 
-Start: the persisted state; else a bootstrap from this cycle's observations — a least-squares fit of the model
-to every busy pod, started from upstream's one-pod guess (α = 0.9·ITL, β+γ = (TTFT − α)/I,
-γ = (ITL − α − (β+γ)) / (I + (O+1)/2 − 1)) or the defaults (5 ms, 0.05 ms, 5e-5 ms) — bounded to
-[start/100, start·100]. Upstream started the filter from the one-pod guess with a 5 % prior; a guess an order of
-magnitude off (γ especially) then had every observation rejected by the gate, forever.
+Start (`initial_state`): a maximum-a-posteriori fit of θ to this cycle's environments,
 
-Where we differ from upstream (docs/deviations.md): a failed update keeps the previous state instead of
-crashing the engine (a nil measurement inside the Jacobian panicked upstream); a restored state keeps its own
-bounds instead of being clipped to the defaults'; the state records how many updates it accepted and rejected.
+    minimise  Σ_pods ‖(h(e^θ) − z) / (σ_z·z)‖²  +  ‖(θ − log x_default) / ln 10‖²     within the state limits
+
+from the defaults (α 5 ms, β 0.05 ms, γ 5e-5 ms) and from upstream's one-pod guess for each pod
+(α = 0.9·ITL, β+γ = (TTFT − α)/I, γ = (ITL − α − (β+γ)) / (I + (O+1)/2 − 1)); the lowest cost wins. A pod the
+model cannot serve at a trial θ (λ above its maximum rate) costs (10 + ln(λ/λ_max))/σ_z per component, so the
+search is pulled back towards parameters that can serve it. The prior (a factor of 10 at one standard deviation)
+keeps a parameter the data barely see (γ, with a few noisy pods) near a plausible value instead of letting it run
+to a limit where the filter could never see it again. P0 is the fit's own (Laplace) covariance, (JᵀJ)⁻¹ with J
+the residuals' Jacobian at the optimum: tight for what the pods determine, wide for what they do not.
+No usable pod: the defaults with P0 = diag((ln 10)²).
+
+State limits: the physical range `STATE_LIMITS` (far beyond any GPU), for every new state.
+
+`advance` is one cycle as the analyzer runs it: a cold start when nothing was learned; else `update`; and a
+re-fit from this cycle's pods once at least half of each cycle's observations were rejected for
+`LOST_AFTER_CYCLES` cycles in a row (the variant changed hardware, or the filter went wrong).
+
+Where we differ from upstream (docs/deviations.md, rows 33, 34, 36 and 42–45): log-parameters; the MAP bootstrap
+with Laplace covariance and fixed physical limits (upstream: one-pod guess, 5 % prior, limits guess/100..guess·100,
+which traps γ when the guess is far off); R from each pod's own latencies (upstream: the first busy pod's for the
+whole cycle, so pods slower than the first are over-weighted and rejected); the iterated update and the Joseph form
+(upstream: one linearisation and P ← (I − KH)P); a failed update keeps the previous state instead of crashing the
+engine (upstream panicked on a nil measurement inside the Jacobian); a restored state keeps its own limits.
 """
 
 from __future__ import annotations
@@ -44,28 +66,44 @@ from scipy.optimize import least_squares
 from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
 from adapter.domain.errors import ModelError
 
+Vector = npt.NDArray[np.float64]
+Matrix = npt.NDArray[np.float64]
+
 NIS_GATE = 7.378
+"""χ²₂ 97.5 % quantile (upstream's comment calls it the 95 % bound)."""
 ERROR_LEVEL = 0.05
 T_PERCENTILE = 1.96
 GAMMA_FACTOR = 1.0
+RELATIVE_SD = (ERROR_LEVEL / T_PERCENTILE) / math.sqrt(GAMMA_FACTOR)
+"""σ_z: one standard deviation of a reported latency, relative to it (5 % at 95 %)."""
 PERCENT_CHANGE = 0.01
+"""Process noise: relative drift of each parameter per observation (Q = diag(0.01²) in θ)."""
 QUEUE_TO_BATCH = 10
 JACOBIAN_STEP = 0.01
+RELINEARIZE_ABOVE = 0.02
+"""The iterated update re-linearises while a step moved some θ_j by more than this (2 %)."""
+MAX_PASSES = 5
 DEFAULT_PARAMS = (5.0, 0.05, 5e-5)
-BOUND_FACTOR = 100.0
-COLD_START_SPREAD = 1.0
-PARAM_RANGE = ((0.01, 1e-5, 1e-8), (1000.0, 10.0, 1.0))
-"""Where a cold-start fit may look, per parameter (ms): far beyond any GPU, so a bound is never the answer."""
+PRIOR_SD = math.log(10.0)
+"""The cold-start fit's prior around DEFAULT_PARAMS, in θ: a factor of 10 at one standard deviation."""
+STATE_LIMITS = ((0.01, 1e-5, 1e-8), (1000.0, 10.0, 1.0))
+"""Lower and upper limits of (α, β, γ) in ms for a new state: far beyond any GPU, so a limit is never the answer."""
+PARAM_RANGE = STATE_LIMITS
+"""Former name of STATE_LIMITS."""
 FIT_MAX_EVALUATIONS = 200
-LOST_AFTER_CYCLES = 3
-"""A filter that rejected every observation for this many cycles in a row is re-fitted from the observations."""
 FIT_PENALTY = 10.0
-"""Relative residual given to an environment the model cannot evaluate at a trial x (beyond its rate range)."""
+"""Relative residual of a pod the model cannot serve at a trial θ (plus ln(λ/λ_max))."""
+MAX_FIT_STARTS = 4
+LOST_AFTER_CYCLES = 3
+"""Cycles in a row with at least half of the observations rejected, after which `advance` re-fits."""
+
+_PARAM_NAMES = ("alpha_ms", "beta_ms", "gamma_ms")
 
 
 @dataclass(frozen=True, slots=True)
 class Environment:
-    """One busy pod's observation: λ req/s, mean tokens, batch limit, measured TTFT and ITL (ms)."""
+    """One busy pod's observation: λ req/s, mean tokens, batch limit, measured TTFT (without its decode step)
+    and ITL, in ms."""
 
     arrival_rps: float
     input_tokens: float
@@ -79,15 +117,23 @@ class Environment:
         values = (self.arrival_rps, self.input_tokens, self.output_tokens, self.ttft_ms, self.itl_ms)
         return all(math.isfinite(v) and v > 0 for v in values) and self.max_batch > 0 and self.output_tokens >= 1
 
+    @property
+    def z(self) -> Vector:
+        return np.array([self.ttft_ms, self.itl_ms], dtype=np.float64)
+
 
 @dataclass(frozen=True, slots=True)
 class FilterState:
-    """A variant's learned parameters and their uncertainty, as persisted in VA status (`learned.queueingModel`)."""
+    """A variant's learned parameters and their uncertainty, as persisted in VA status (`learned.queueingModel`).
+
+    `covariance` is that of θ = log(α, β, γ): √P_ii is the relative uncertainty of parameter i. `lower`/`upper`
+    are the state limits in ms. `to_json()` is a plain dict of floats and lists; `from_json(to_json())` equals
+    the state."""
 
     alpha_ms: float
     beta_ms: float
     gamma_ms: float
-    covariance: tuple[tuple[float, float, float], ...]
+    covariance: tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
     lower: tuple[float, float, float]
     upper: tuple[float, float, float]
     updated_s: float
@@ -95,16 +141,22 @@ class FilterState:
     rejected: int = 0
     last_nis: float | None = None
     lost_cycles: int = 0
-    """Consecutive cycles in which every observation was rejected (the analyzer re-fits after a few)."""
+    """Consecutive cycles in which at least half of the observations were rejected (`advance` re-fits after
+    LOST_AFTER_CYCLES)."""
 
     @property
-    def theta(self) -> npt.NDArray[np.float64]:
+    def samples(self) -> int:
+        """Observations the filter has accepted since its start."""
+        return self.accepted
+
+    @property
+    def theta(self) -> Vector:
         """log(α, β, γ): the filter's state."""
         return np.log(np.array([self.alpha_ms, self.beta_ms, self.gamma_ms], dtype=np.float64))
 
     @property
-    def p(self) -> npt.NDArray[np.float64]:
-        """Covariance of θ (log-parameters): √P_ii is the relative uncertainty of parameter i."""
+    def p(self) -> Matrix:
+        """Covariance of θ (log-parameters)."""
         return np.array(self.covariance, dtype=np.float64)
 
     def params(self) -> ServiceParams:
@@ -127,45 +179,50 @@ class FilterState:
 
     @classmethod
     def from_json(cls, doc: Any) -> FilterState:
-        """Strict: anything but the shape `to_json` writes raises ValueError (the caller then starts afresh)."""
+        """Strict: anything but the shape `to_json` writes raises ValueError naming the field (the caller then
+        starts afresh). The covariance must be 3x3, finite, symmetric and positive definite."""
         if not isinstance(doc, Mapping):
             raise ValueError("filter state must be an object")
-        x = tuple(_positive(doc.get(k), k) for k in ("alpha_ms", "beta_ms", "gamma_ms"))
-        cov = doc.get("covariance")
-        if not (isinstance(cov, list) and len(cov) == 3 and all(isinstance(r, list) and len(r) == 3 for r in cov)):
-            raise ValueError("covariance must be 3x3")
-        covariance = tuple(tuple(_finite(v, "covariance") for v in row) for row in cov)
+        alpha, beta, gamma = (_positive(doc.get(k), k) for k in _PARAM_NAMES)
+        covariance = _covariance(doc.get("covariance"))
         lower = _triple(doc.get("lower"), "lower")
         upper = _triple(doc.get("upper"), "upper")
         if not all(lo < hi for lo, hi in zip(lower, upper, strict=True)):
-            raise ValueError("lower bounds must be below upper bounds")
+            raise ValueError("lower limits must be below upper limits")
         nis = doc.get("last_nis")
         return cls(
-            x[0],
-            x[1],
-            x[2],
-            covariance,  # type: ignore[arg-type]
+            alpha,
+            beta,
+            gamma,
+            covariance,
             lower,
             upper,
             _finite(doc.get("updated_s"), "updated_s"),
-            int(_finite(doc.get("accepted", 0), "accepted")),
-            int(_finite(doc.get("rejected", 0), "rejected")),
+            _count(doc.get("accepted", 0), "accepted"),
+            _count(doc.get("rejected", 0), "rejected"),
             None if nis is None else _finite(nis, "last_nis"),
-            int(_finite(doc.get("lost_cycles", 0), "lost_cycles")),
+            _count(doc.get("lost_cycles", 0), "lost_cycles"),
         )
 
 
 def _finite(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number")
+        raise ValueError(f"{name} must be a finite number, got {str(value)[:40]!r}")
     return float(value)
 
 
 def _positive(value: Any, name: str) -> float:
     number = _finite(value, name)
     if number <= 0:
-        raise ValueError(f"{name} must be > 0")
+        raise ValueError(f"{name} must be > 0, got {number!r}")
     return number
+
+
+def _count(value: Any, name: str) -> int:
+    number = _finite(value, name)
+    if number < 0 or number != int(number):
+        raise ValueError(f"{name} must be a non-negative integer, got {number!r}")
+    return int(number)
 
 
 def _triple(value: Any, name: str) -> tuple[float, float, float]:
@@ -175,83 +232,107 @@ def _triple(value: Any, name: str) -> tuple[float, float, float]:
     return a, b, c
 
 
-def measure(x: Sequence[float] | npt.NDArray[np.float64], env: Environment) -> npt.NDArray[np.float64] | None:
+_Cov = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
+
+
+def _covariance(value: Any) -> _Cov:
+    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(r, list) and len(r) == 3 for r in value)):
+        raise ValueError("covariance must be 3x3")
+    rows = [tuple(_finite(v, "covariance") for v in row) for row in value]
+    if not _positive_definite(np.array(rows, dtype=np.float64)):
+        raise ValueError("covariance must be symmetric and positive definite")
+    return _as_cov(np.array(rows, dtype=np.float64))
+
+
+def _as_cov(p: Matrix) -> _Cov:
+    r0, r1, r2 = ((float(p[i, 0]), float(p[i, 1]), float(p[i, 2])) for i in range(3))
+    return r0, r1, r2
+
+
+def _positive_definite(p: Matrix) -> bool:
+    if p.shape != (3, 3) or not bool(np.all(np.isfinite(p))):
+        return False
+    if not np.allclose(p, p.T, rtol=1e-6, atol=1e-12):
+        return False
+    try:
+        np.linalg.cholesky(p)
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+# ---- the measurement function ------------------------------------------------------------------------------
+
+
+def _model(x: Sequence[float] | Vector, env: Environment) -> QueueModel:
+    return QueueModel(
+        ServiceParams(float(x[0]), float(x[1]), float(x[2])),
+        RequestSize(env.input_tokens, env.output_tokens),
+        max_batch=env.max_batch,
+        max_queue=QUEUE_TO_BATCH * env.max_batch,
+    )
+
+
+def measure(x: Sequence[float] | Vector, env: Environment) -> Vector | None:
     """h(x): the model's (TTFT without its decode step, ITL) in ms for `env`, or None outside the model."""
     try:
-        model = QueueModel(
-            ServiceParams(float(x[0]), float(x[1]), float(x[2])),
-            RequestSize(env.input_tokens, env.output_tokens),
-            max_batch=env.max_batch,
-            max_queue=QUEUE_TO_BATCH * env.max_batch,
-        )
-        m = model.analyze(env.arrival_rps)
+        with np.errstate(all="ignore"):
+            m = _model(x, env).analyze(env.arrival_rps)
     except (ModelError, ValueError, ArithmeticError):
         return None
     out = np.array([m.ttft_ms - m.itl_ms, m.itl_ms], dtype=np.float64)
     return out if bool(np.all(np.isfinite(out))) else None
 
 
-def jacobian(theta: npt.NDArray[np.float64], env: Environment) -> npt.NDArray[np.float64] | None:
-    """∂h/∂θ by central differences, step 0.01 in θ (1 % of each parameter)."""
+def jacobian(theta: Vector, env: Environment) -> Matrix | None:
+    """∂h/∂θ by central differences, step 0.01 in θ (1 % of each parameter); None if h fails at a probe."""
     h = np.zeros((2, 3))
     for j in range(3):
         up, down = theta.copy(), theta.copy()
         up[j] += JACOBIAN_STEP
         down[j] -= JACOBIAN_STEP
-        hi, lo = measure(np.exp(up), env), measure(np.exp(down), env)
+        with np.errstate(all="ignore"):
+            hi, lo = measure(np.exp(up), env), measure(np.exp(down), env)
         if hi is None or lo is None:
             return None
         h[:, j] = (hi - lo) / (2 * JACOBIAN_STEP)
     return h
 
 
+def _overload(x: Vector, env: Environment) -> float:
+    """ln(λ / λ_max) ≥ 0 for a pod the model cannot serve at x (10 when the model cannot be built at all)."""
+    try:
+        with np.errstate(all="ignore"):
+            max_rps = _model(x, env).rate_range_rps.max_rps
+    except (ModelError, ValueError, ArithmeticError):
+        return 10.0
+    if not (math.isfinite(max_rps) and max_rps > 0):
+        return 10.0
+    return max(0.0, math.log(env.arrival_rps / max_rps))
+
+
+# ---- cold start --------------------------------------------------------------------------------------------
+
+
+def _new_state(x: Sequence[float], p0: Matrix, now_s: float) -> FilterState:
+    lower, upper = STATE_LIMITS
+    clipped = [min(max(float(v), lo), hi) for v, lo, hi in zip(x, lower, upper, strict=True)]
+    return FilterState(clipped[0], clipped[1], clipped[2], _as_cov(p0), lower, upper, now_s)
+
+
 def initial_state(envs: Sequence[Environment], *, now_s: float) -> FilterState:
-    """A cold start: a least-squares fit of (α, β, γ) to this cycle's environments (in log space, so the
-    parameters stay positive), started from upstream's one-environment guess or the defaults; the defaults when
-    nothing fits. The fit's parameters get a wide prior (P0 = diag((0.25 · x)²)) so the filter can still move;
-    the bounds are [x/100, x·100] around the start."""
+    """A cold start: the MAP fit of θ to `envs` with its Laplace covariance as P0 (module docstring); the
+    defaults with P0 = diag((ln 10)²) when no environment is usable or the fit fails."""
     valid = [e for e in envs if e.valid]
-    start = next((g for e in valid if (g := _guess(e)) is not None), None) or DEFAULT_PARAMS
-    x = _fit(start, valid) or start
-    p0 = tuple(tuple(COLD_START_SPREAD**2 if i == j else 0.0 for j in range(3)) for i in range(3))
-    lower = tuple(max(v / BOUND_FACTOR, lo) for v, lo in zip(x, PARAM_RANGE[0], strict=True))
-    upper = tuple(min(v * BOUND_FACTOR, hi) for v, hi in zip(x, PARAM_RANGE[1], strict=True))
-    return FilterState(x[0], x[1], x[2], p0, lower, upper, now_s)  # type: ignore[arg-type]
-
-
-def _fit(start: tuple[float, float, float], envs: Sequence[Environment]) -> tuple[float, float, float] | None:
-    """Minimise Σ ((h(x) − z) / z)² over the environments, in log space within `PARAM_RANGE`, from `start` and
-    from the defaults (a few noisy pods leave the problem badly conditioned: two starts avoid most local
-    minima); the lower-cost fit wins. None when nothing fits."""
-    if not envs:
-        return None
-    z = [np.array([e.ttft_ms, e.itl_ms]) for e in envs]
-
-    def residuals(theta: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        x = np.exp(theta)
-        out = []
-        for env, target in zip(envs, z, strict=True):
-            hx = measure(x, env)
-            out.append(np.full(2, FIT_PENALTY) if hx is None else (hx - target) / target)
-        return np.concatenate(out)
-
-    lower, upper = np.log(np.array(PARAM_RANGE[0])), np.log(np.array(PARAM_RANGE[1]))
-    best: tuple[float, npt.NDArray[np.float64]] | None = None
-    for origin in dict.fromkeys((start, DEFAULT_PARAMS)):
-        theta0 = np.clip(np.log(np.array(origin)), lower + 1e-9, upper - 1e-9)
-        try:
-            result = least_squares(residuals, theta0, bounds=(lower, upper), max_nfev=FIT_MAX_EVALUATIONS)
-        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
-            continue
-        if np.all(np.isfinite(result.x)) and (best is None or result.cost < best[0]):
-            best = (float(result.cost), result.x)
-    if best is None:
-        return None
-    a, b, c = (float(v) for v in np.exp(best[1]))
-    return a, b, c
+    fitted = _fit(valid) if valid else None
+    if fitted is None:
+        return _new_state(DEFAULT_PARAMS, np.eye(3) * PRIOR_SD**2, now_s)
+    x, p0 = fitted
+    return _new_state(x, p0, now_s)
 
 
 def _guess(env: Environment) -> tuple[float, float, float] | None:
+    """Upstream's one-pod inversion at light load (T_iter ≈ α); None when a value comes out ≤ 0."""
     if not env.valid:
         return None
     alpha = 0.9 * env.itl_ms
@@ -266,79 +347,178 @@ def _guess(env: Environment) -> tuple[float, float, float] | None:
     return alpha, beta, gamma
 
 
+def _fit(envs: Sequence[Environment]) -> tuple[tuple[float, float, float], Matrix] | None:
+    """The MAP fit (module docstring): (x, P0), or None when no start converges to finite numbers."""
+    prior = np.log(np.array(DEFAULT_PARAMS))
+    lower, upper = np.log(np.array(STATE_LIMITS[0])), np.log(np.array(STATE_LIMITS[1]))
+
+    def residuals(theta: Vector) -> Vector:
+        x = np.exp(theta)
+        rows = []
+        for env in envs:
+            hx = measure(x, env)
+            if hx is None:
+                rows.append(np.full(2, (FIT_PENALTY + _overload(x, env)) / RELATIVE_SD))
+            else:
+                rows.append((hx - env.z) / (RELATIVE_SD * env.z))
+        rows.append((theta - prior) / PRIOR_SD)
+        return np.concatenate(rows)
+
+    starts = [DEFAULT_PARAMS, *(g for e in envs if (g := _guess(e)) is not None)]
+    best: Any = None
+    for origin in list(dict.fromkeys(starts))[:MAX_FIT_STARTS]:
+        theta0 = np.clip(np.log(np.array(origin)), lower + 1e-9, upper - 1e-9)
+        try:
+            with np.errstate(all="ignore"):
+                result = least_squares(residuals, theta0, bounds=(lower, upper), max_nfev=FIT_MAX_EVALUATIONS)
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+            continue
+        usable = bool(np.all(np.isfinite(result.x))) and math.isfinite(result.cost)
+        if usable and (best is None or result.cost < best.cost):
+            best = result
+    if best is None:
+        return None
+    a, b, c = (float(v) for v in np.exp(best.x))
+    return (a, b, c), _laplace(np.asarray(best.jac, dtype=np.float64))
+
+
+def _laplace(jac: Matrix) -> Matrix:
+    """(JᵀJ)⁻¹, the fit's covariance of θ; the prior's when that is not finite and positive definite. JᵀJ is at
+    least diag(1/(ln 10)²) because the prior rows are part of J, so P0 is never wider than the prior."""
+    fallback = np.eye(3) * PRIOR_SD**2
+    try:
+        with np.errstate(all="ignore"):
+            p0 = np.linalg.inv(jac.T @ jac)
+    except np.linalg.LinAlgError:
+        return fallback
+    p0 = (p0 + p0.T) / 2
+    return p0 if _positive_definite(p0) else fallback
+
+
+# ---- update --------------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """A cycle's result: the state to keep, how many observations were accepted and rejected, why (distinct
+    reasons, in order), and how the filter (re)started this cycle ("" / "cold start" / "re-fitted")."""
+
     state: FilterState
     accepted: int = 0
     rejected: int = 0
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    started: str = ""
 
 
 def update(state: FilterState, environments: Sequence[Environment], *, now_s: float) -> Outcome:
-    """Run the filter over this cycle's environments, in order; never raises."""
+    """Run the filter over this cycle's environments, in order. Never raises: an observation that cannot be
+    used (gate, non-finite numbers, a singular or indefinite S, a model error) is rejected with a reason and
+    leaves θ and P as they were."""
     envs = [e for e in environments if e.valid]
     if not envs:
         return Outcome(state, reasons=("no busy pod with TTFT and ITL",))
     x, p = state.theta, state.p
     lo, hi = np.log(np.array(state.lower)), np.log(np.array(state.upper))
-    q = np.diag(np.full(3, PERCENT_CHANGE**2))
-    z_first = np.array([envs[0].ttft_ms, envs[0].itl_ms])
-    r = np.diag(((ERROR_LEVEL / T_PERCENTILE) ** 2 / GAMMA_FACTOR) * z_first**2)
+    q = np.eye(3) * PERCENT_CHANGE**2
     accepted = rejected = 0
     reasons: list[str] = []
     nis_last: float | None = state.last_nis
     for env in envs:
-        x_new, p_new, nis, why = _step(x, p + q, env, r=r, lo=lo, hi=hi)
+        with np.errstate(all="ignore"):
+            x_new, p_new, nis, why = _step(x, p + q, env, lo=lo, hi=hi)
         if why:
             rejected += 1
             reasons.append(why)
             continue
         x, p, nis_last = x_new, p_new, nis
         accepted += 1
-    covariance = tuple(tuple(float(v) for v in row) for row in p)
-    alpha, beta, gamma = (float(v) for v in np.exp(x))
+    if accepted:
+        alpha, beta, gamma = (float(v) for v in np.exp(x))
+        state = replace(state, alpha_ms=alpha, beta_ms=beta, gamma_ms=gamma, covariance=_as_cov(p))
+    # nothing accepted: the parameters and covariance stay bit for bit; the bookkeeping below still moves
     new = replace(
         state,
-        alpha_ms=alpha,
-        beta_ms=beta,
-        gamma_ms=gamma,
-        covariance=covariance,  # type: ignore[arg-type]
         updated_s=now_s,
         accepted=state.accepted + accepted,
         rejected=state.rejected + rejected,
         last_nis=nis_last,
-        lost_cycles=state.lost_cycles + 1 if accepted == 0 else 0,
+        lost_cycles=state.lost_cycles + 1 if 2 * rejected >= len(envs) else 0,
     )
     return Outcome(new, accepted, rejected, tuple(dict.fromkeys(reasons)))
 
 
-def _step(
-    x: npt.NDArray[np.float64],
-    p: npt.NDArray[np.float64],
-    env: Environment,
-    *,
-    r: npt.NDArray[np.float64],
-    lo: npt.NDArray[np.float64],
-    hi: npt.NDArray[np.float64],
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float, str]:
-    """One predict-update on θ = log x; the last value is the rejection reason ("" when accepted)."""
-    hx = measure(np.exp(x), env)
-    h = jacobian(x, env)
+def measurement_noise(env: Environment) -> Matrix:
+    """R = diag((σ_z·z)²) from this pod's own latencies. Example: TTFT 200 ms, ITL 30 ms →
+    σ_z = 0.05/1.96 = 0.025510, R = diag(5.1020², 0.76531²) = diag(26.031, 0.58569) ms²."""
+    return np.diag((RELATIVE_SD * env.z) ** 2)
+
+
+def normalized_innovation_squared(y: Vector, s: Matrix) -> float:
+    """NIS = yᵀ S⁻¹ y; NaN when S is not symmetric positive definite. Example: y = (4, 2), S = diag(4, 1):
+    16/4 + 4/1 = 8 ≥ 7.378, so the observation is rejected."""
+    if not _symmetric_pd_2x2(s):
+        return math.nan
+    return float(y @ np.linalg.inv(s) @ y)
+
+
+def _step(x: Vector, p: Matrix, env: Environment, *, lo: Vector, hi: Vector) -> tuple[Vector, Matrix, float, str]:
+    """One gated, iterated update of θ = log x; the last value is the rejection reason ("" when accepted)."""
+    z = env.z
+    r = measurement_noise(env)
+    hx, h = measure(np.exp(x), env), jacobian(x, env)
     if hx is None or h is None:
         return x, p, math.nan, f"the model cannot evaluate {env.arrival_rps:.3g} req/s at the current parameters"
-    y = np.array([env.ttft_ms, env.itl_ms]) - hx
+    y = z - hx
     s = h @ p @ h.T + r
-    try:
-        s_inv = np.linalg.inv(s)
-    except np.linalg.LinAlgError:
-        return x, p, math.nan, "singular innovation covariance"
-    nis = float(y @ s_inv @ y)
+    if not _symmetric_pd_2x2(s):
+        return x, p, math.nan, "innovation covariance not positive definite"
+    s_inv = np.linalg.inv(s)
+    nis = normalized_innovation_squared(y, s)
     if not math.isfinite(nis) or nis >= NIS_GATE:
         return x, p, nis, f"observation rejected by the NIS gate ({nis:.3g} >= {NIS_GATE})"
     k = p @ h.T @ s_inv
-    x_new = np.clip(x + k @ y, lo, hi)
-    p_new = (np.eye(3) - k @ h) @ p
-    p_new = (p_new + p_new.T) / 2  # keep it symmetric against rounding
-    if not (np.all(np.isfinite(x_new)) and np.all(np.isfinite(p_new))):
-        return x, p, nis, "update left the parameters not finite"
-    return x_new, p_new, nis, ""
+    theta, last = np.clip(x + k @ y, lo, hi), x
+    for _ in range(MAX_PASSES - 1):
+        if float(np.max(np.abs(theta - last))) <= RELINEARIZE_ABOVE:
+            break
+        h_i, hx_i = jacobian(theta, env), measure(np.exp(theta), env)
+        if h_i is None or hx_i is None:
+            break  # keep the last pass that could be evaluated
+        s_i = h_i @ p @ h_i.T + r
+        if not _symmetric_pd_2x2(s_i):
+            break
+        k_i = p @ h_i.T @ np.linalg.inv(s_i)
+        last, theta = theta, np.clip(x + k_i @ (z - hx_i - h_i @ (x - theta)), lo, hi)
+        k, h = k_i, h_i
+    i_kh = np.eye(3) - k @ h
+    p_new = i_kh @ p @ i_kh.T + k @ r @ k.T
+    p_new = (p_new + p_new.T) / 2
+    if not (bool(np.all(np.isfinite(theta))) and _positive_definite(p_new)):
+        return x, p, nis, "update left the parameters or their covariance not finite"
+    return theta, p_new, nis, ""
+
+
+def _symmetric_pd_2x2(s: Matrix) -> bool:
+    if s.shape != (2, 2) or not bool(np.all(np.isfinite(s))):
+        return False
+    symmetric = math.isclose(float(s[0, 1]), float(s[1, 0]), rel_tol=1e-6, abs_tol=1e-12)
+    return symmetric and s[0, 0] > 0 and s[1, 1] > 0 and s[0, 0] * s[1, 1] - s[0, 1] * s[1, 0] > 0
+
+
+# ---- one cycle -------------------------------------------------------------------------------------------------
+
+
+def advance(previous: FilterState | None, environments: Sequence[Environment], *, now_s: float) -> Outcome | None:
+    """One cycle of learning for one variant: a cold start when nothing was learned (no update on the same
+    observations); a re-fit when the filter is lost (`LOST_AFTER_CYCLES`); else `update`. Without a usable
+    observation the previous state is kept, and None is returned when there is none (nothing to learn from)."""
+    envs = [e for e in environments if e.valid]
+    if previous is None:
+        return Outcome(initial_state(envs, now_s=now_s), started="cold start") if envs else None
+    if not envs:
+        return Outcome(previous, reasons=("no busy pod with TTFT and ITL",))
+    if previous.lost_cycles >= LOST_AFTER_CYCLES:
+        refit = initial_state(envs, now_s=now_s)
+        kept = replace(refit, accepted=previous.accepted, rejected=previous.rejected)
+        return Outcome(kept, started="re-fitted")
+    return update(previous, envs, now_s=now_s)

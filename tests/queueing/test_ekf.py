@@ -1,0 +1,342 @@
+"""The online filter on (α, β, γ) (issue 11): recovery from a cold start, the NIS gate, failed updates that keep
+the state, state limits, bootstrap and default fall-back, re-fit when lost, and the persisted form."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.analyzers.queueing import ekf
+from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
+
+from . import ekf_convergence as conv
+
+TRUE = conv.TRUE
+IDENTITY = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
+
+
+def _exact(true: tuple[float, float, float], rate_fraction: float, i: int, o: int, n: int = 64) -> ekf.Environment:
+    """A noise-free observation of the model at `true`."""
+    model = QueueModel(ServiceParams(*true), RequestSize(i, o), max_batch=n, max_queue=ekf.QUEUE_TO_BATCH * n)
+    rate = rate_fraction * model.rate_range_rps.max_rps
+    m = model.analyze(rate)
+    return ekf.Environment(rate, i, o, n, m.ttft_ms - m.itl_ms, m.itl_ms)
+
+
+def _converged(seed: int = 0) -> tuple[ekf.FilterState, random.Random]:
+    rng = random.Random(seed)
+    cold = ekf.advance(None, [conv.observation(rng) for _ in range(4)], now_s=0.0)
+    assert cold is not None
+    state = cold.state
+    for cycle in range(1, 31):
+        outcome = ekf.advance(state, [conv.observation(rng) for _ in range(4)], now_s=30.0 * cycle)
+        assert outcome is not None
+        state = outcome.state
+    return state, rng
+
+
+# ---- recovery --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("true", "seed"),
+    [pytest.param(TRUE, seed, id=f"a100-like-seed{seed}") for seed in range(5)]
+    + [
+        pytest.param(conv.PARAMETER_SETS[1], 1, id="fast-small-gamma-seed1"),
+        pytest.param(conv.PARAMETER_SETS[2], 2, id="mid-large-gamma-seed2"),
+        pytest.param(conv.PARAMETER_SETS[3], 3, id="slow-seed3"),
+        # seeds on which the previous filter (commit 478ca8a) never got there: γ trapped by its start's limits
+        pytest.param(TRUE, 26, id="a100-like-seed26-was-stuck"),
+        pytest.param(TRUE, 27, id="a100-like-seed27-gamma-at-floor"),
+    ],
+)
+def test_filter_recovers_known_parameters_within_30_cycles(true: tuple[float, float, float], seed: int) -> None:
+    run = conv.run(seed, true=true)
+    assert run.first_within_10pct is not None, f"worst error at 30: {max(run.final_errors):.1%}"
+    assert run.first_within_10pct <= 30
+    # and it stays close: the median of the last ten cycles' worst error is below 10 %
+    last = sorted(worst for *_, worst in run.trajectory[-10:])
+    assert last[len(last) // 2] < 0.10
+    assert ekf._positive_definite(run.final.p)
+
+
+def test_cold_start_from_exact_observations_is_already_close() -> None:
+    envs = [_exact(TRUE, f, i, o) for f, i, o in [(0.2, 512, 128), (0.5, 2048, 64), (0.6, 256, 256), (0.35, 1024, 128)]]
+    state = ekf.initial_state(envs, now_s=5.0)
+    assert max(conv.errors(state)) < 0.05
+    assert state.updated_s == 5.0
+    # P0 is the fit's own covariance: α, seen by every pod, is tighter than the prior's ln 10
+    assert math.sqrt(state.p[0, 0]) < 0.1 < ekf.PRIOR_SD
+    assert (state.lower, state.upper) == ekf.STATE_LIMITS
+
+
+def test_no_usable_observation_falls_back_to_the_defaults() -> None:
+    invalid = ekf.Environment(0.0, 512, 128, 64, 100, 20)  # no traffic
+    state = ekf.initial_state([invalid], now_s=0.0)
+    assert (state.alpha_ms, state.beta_ms, state.gamma_ms) == pytest.approx(ekf.DEFAULT_PARAMS)
+    assert state.p == pytest.approx(np.eye(3) * ekf.PRIOR_SD**2)
+    assert ekf.advance(None, [invalid], now_s=0.0) is None  # nothing learned and nothing to learn from
+
+
+def test_upstream_guess_worked_example() -> None:
+    # TTFT 100 ms, ITL 30 ms, I 512, O 128: α = 27; β+γ = 73/512 = 0.142578; γ = (3 − 0.142578)/(512 + 64.5 − 1)
+    env = ekf.Environment(1.0, 512, 128, 64, 100.0, 30.0)
+    guess = ekf._guess(env)
+    assert guess is not None
+    alpha, beta, gamma = guess
+    assert alpha == pytest.approx(27.0)
+    assert gamma == pytest.approx(2.857422 / 575.5, rel=1e-5)
+    assert beta + gamma == pytest.approx(73 / 512)
+    assert ekf._guess(ekf.Environment(1.0, 512, 128, 64, 10.0, 30.0)) is None  # TTFT < α: no positive β+γ
+
+
+# ---- the gate and failed updates ------------------------------------------------------------------------------
+
+
+def test_outlier_is_rejected_by_the_nis_gate() -> None:
+    state, rng = _converged()
+    good = conv.observation(rng)
+    outlier = ekf.Environment(
+        good.arrival_rps, good.input_tokens, good.output_tokens, good.max_batch, good.ttft_ms * 3, good.itl_ms * 3
+    )
+    outcome = ekf.update(state, [outlier], now_s=1e6)
+    assert (outcome.accepted, outcome.rejected) == (0, 1)
+    assert "NIS gate" in outcome.reasons[0]
+    nis = float(outcome.reasons[0].split("(")[1].split(" ")[0])
+    assert nis >= ekf.NIS_GATE
+    kept = outcome.state
+    assert (kept.alpha_ms, kept.beta_ms, kept.gamma_ms, kept.covariance) == (
+        state.alpha_ms,
+        state.beta_ms,
+        state.gamma_ms,
+        state.covariance,
+    )
+    assert kept.lost_cycles == state.lost_cycles + 1
+    # the same pod without the outlier passes the gate
+    assert ekf.update(state, [good], now_s=1e6).accepted == 1
+
+
+@pytest.mark.parametrize(
+    ("y", "s", "expected"),
+    [
+        pytest.param((4.0, 2.0), ((4.0, 0.0), (0.0, 1.0)), 8.0, id="docstring-example-rejected"),
+        pytest.param((2.0, 1.0), ((4.0, 0.0), (0.0, 1.0)), 2.0, id="accepted"),
+        pytest.param((1.0, 1.0), ((2.0, 1.0), (1.0, 2.0)), 2.0 / 3.0, id="correlated"),
+        pytest.param((1.0, 1.0), ((1.0, 2.0), (2.0, 1.0)), math.nan, id="indefinite-S"),
+        pytest.param((1.0, 1.0), ((1.0, 0.0), (0.5, 1.0)), math.nan, id="asymmetric-S"),
+        pytest.param((1.0, 1.0), ((math.nan, 0.0), (0.0, 1.0)), math.nan, id="nan-S"),
+    ],
+)
+def test_normalized_innovation_squared(y: tuple[float, float], s: Any, expected: float) -> None:
+    nis = ekf.normalized_innovation_squared(np.array(y), np.array(s))
+    if math.isnan(expected):
+        assert math.isnan(nis)
+    else:
+        assert nis == pytest.approx(expected)
+
+
+def test_measurement_noise_worked_example() -> None:
+    r = ekf.measurement_noise(ekf.Environment(1.0, 512, 128, 64, 200.0, 30.0))
+    assert r[0, 0] == pytest.approx(26.031, rel=1e-4)
+    assert r[1, 1] == pytest.approx(0.58569, rel=1e-4)
+    assert r[0, 1] == r[1, 0] == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        pytest.param(ekf.Environment(1e9, 512, 128, 64, 100, 20), "cannot evaluate", id="rate-beyond-the-model"),
+        pytest.param(ekf.Environment(math.nan, 512, 128, 64, 100, 20), "no busy pod", id="nan-rate"),
+        pytest.param(ekf.Environment(1.0, 512, 128, 64, math.inf, 20), "no busy pod", id="infinite-ttft"),
+        pytest.param(ekf.Environment(1.0, 512, 0.5, 64, 100, 20), "no busy pod", id="output-below-one"),
+        pytest.param(ekf.Environment(1.0, 512, 128, 0, 100, 20), "no busy pod", id="no-batch"),
+    ],
+)
+def test_unusable_observation_keeps_the_state(env: ekf.Environment, reason: str) -> None:
+    state, _ = _converged()
+    outcome = ekf.update(state, [env], now_s=1e6)
+    assert outcome.accepted == 0
+    assert reason in outcome.reasons[0]
+    assert (outcome.state.alpha_ms, outcome.state.covariance) == (state.alpha_ms, state.covariance)
+
+
+def test_indefinite_covariance_is_a_rejection_not_a_crash() -> None:
+    broken = ekf.FilterState(20.0, 0.08, 2e-4, ((-1.0, 0, 0), (0, -1.0, 0), (0, 0, -1.0)), *ekf.STATE_LIMITS, 0.0)
+    outcome = ekf.update(broken, [_exact(TRUE, 0.3, 512, 128)], now_s=1.0)
+    assert outcome.rejected == 1
+    assert "positive definite" in outcome.reasons[0]
+    assert outcome.state.alpha_ms == broken.alpha_ms
+
+
+def test_state_limits_clamp_an_update() -> None:
+    # a state confined near α 20 ms, shown pods of a GPU with α 40 ms: α stops at its upper limit
+    lower, upper = (19.0, 1e-5, 1e-8), (21.0, 10.0, 1.0)
+    wide = tuple(tuple(4.0 if i == j else 0.0 for j in range(3)) for i in range(3))
+    state = ekf.FilterState(20.0, 0.08, 2e-4, wide, lower, upper, 0.0)  # type: ignore[arg-type]
+    slow = (40.0, 0.08, 2e-4)
+    outcome = ekf.update(state, [_exact(slow, 0.3, 512, 128), _exact(slow, 0.5, 1024, 64)], now_s=1.0)
+    assert outcome.accepted >= 1
+    assert lower[0] <= outcome.state.alpha_ms <= upper[0] + 1e-9
+    assert outcome.state.alpha_ms == pytest.approx(21.0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    params=st.tuples(st.floats(0.05, 500), st.floats(1e-4, 5), st.floats(1e-7, 5e-3)),
+    variance=st.floats(1e-6, 25),
+    envs=st.lists(
+        st.tuples(
+            st.floats(1e-6, 1e6, allow_nan=False) | st.just(math.nan) | st.just(-1.0),
+            st.floats(0, 1e5),
+            st.floats(0, 1e4),
+            st.integers(-1, 512),
+            st.floats(0, 1e7) | st.just(math.inf),
+            st.floats(0, 1e5),
+        ),
+        max_size=4,
+    ),
+)
+def test_update_never_raises_and_keeps_a_usable_state(
+    params: tuple[float, float, float], variance: float, envs: list[tuple[float, float, float, int, float, float]]
+) -> None:
+    p = tuple(tuple(variance if i == j else 0.0 for j in range(3)) for i in range(3))
+    state = ekf.FilterState(*params, p, *ekf.STATE_LIMITS, 0.0)  # type: ignore[arg-type]
+    outcome = ekf.update(state, [ekf.Environment(*e) for e in envs], now_s=1.0)
+    new = outcome.state
+    assert outcome.accepted + outcome.rejected == sum(1 for e in envs if ekf.Environment(*e).valid)
+    assert all(math.isfinite(v) and v > 0 for v in (new.alpha_ms, new.beta_ms, new.gamma_ms))
+    assert ekf._positive_definite(new.p)
+    if outcome.accepted == 0:
+        assert (new.alpha_ms, new.beta_ms, new.gamma_ms, new.covariance) == (*params, p)
+    # and the result persists
+    assert ekf.FilterState.from_json(json.loads(json.dumps(new.to_json()))) == new
+
+
+# ---- lost filter ----------------------------------------------------------------------------------------------
+
+
+def test_a_lost_filter_is_refitted_and_then_tracks_the_new_hardware() -> None:
+    old = (40.0, 0.08, 2e-4)
+    confident = tuple(tuple(0.02**2 if i == j else 0.0 for j in range(3)) for i in range(3))
+    lower, upper = tuple(v / 100 for v in old), tuple(v * 100 for v in old)
+    state: ekf.FilterState = ekf.FilterState(*old, confident, lower, upper, 0.0, 500)  # type: ignore[arg-type]
+    rng = random.Random(5)
+    started = []
+    for cycle in range(1, 12):
+        outcome = ekf.advance(state, [conv.observation(rng) for _ in range(4)], now_s=30.0 * cycle)
+        assert outcome is not None
+        state = outcome.state
+        started.append(outcome.started)
+    refit_at = started.index("re-fitted") + 1
+    assert refit_at == ekf.LOST_AFTER_CYCLES + 1  # rejected for 3 cycles, re-fitted on the 4th
+    assert state.accepted >= 500  # the counts go on
+    assert max(conv.errors(state)) < 0.10
+    assert (state.lower, state.upper) == ekf.STATE_LIMITS
+
+
+def test_a_lone_false_rejection_does_not_make_the_filter_lost() -> None:
+    state, rng = _converged()
+    good = [conv.observation(rng) for _ in range(3)]
+    bad = ekf.Environment(good[0].arrival_rps, good[0].input_tokens, good[0].output_tokens, 64, 1e4, 1e3)
+    outcome = ekf.update(state, [*good, bad], now_s=1e6)
+    assert outcome.rejected == 1
+    assert outcome.state.lost_cycles == 0
+
+
+# ---- persistence ------------------------------------------------------------------------------------------------
+
+
+def test_filter_state_json_round_trip() -> None:
+    state, _ = _converged()
+    doc = json.loads(json.dumps(state.to_json()))
+    assert ekf.FilterState.from_json(doc) == state
+    assert state.samples == state.accepted > 0
+    assert all(isinstance(v, float) for row in doc["covariance"] for v in row)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    params=st.tuples(st.floats(1e-3, 1e3), st.floats(1e-6, 10), st.floats(1e-9, 1)),
+    sd=st.tuples(st.floats(1e-4, 3), st.floats(1e-4, 3), st.floats(1e-4, 3)),
+    corr=st.floats(-0.9, 0.9),
+    counts=st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 10)),
+    nis=st.none() | st.floats(0, 100),
+    updated_s=st.floats(0, 4e9),
+)
+def test_any_valid_state_round_trips(
+    params: tuple[float, float, float],
+    sd: tuple[float, float, float],
+    corr: float,
+    counts: tuple[int, int, int],
+    nis: float | None,
+    updated_s: float,
+) -> None:
+    p = np.diag(sd) @ np.array([[1, corr, 0], [corr, 1, 0], [0, 0, 1]]) @ np.diag(sd)
+    cov = tuple(tuple(float(v) for v in row) for row in p)
+    state = ekf.FilterState(
+        *params,
+        cov,  # type: ignore[arg-type]
+        (1e-4, 1e-7, 1e-10),
+        (1e4, 100.0, 10.0),
+        updated_s,
+        counts[0],
+        counts[1],
+        nis,
+        counts[2],
+    )
+    assert ekf.FilterState.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+def _doc(**changes: Any) -> dict[str, Any]:
+    base = ekf.FilterState(20.0, 0.08, 2e-4, IDENTITY, *ekf.STATE_LIMITS, 10.0, 3, 1, 2.5, 0).to_json()
+    return base | changes
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        pytest.param([], "must be an object", id="not-an-object"),
+        pytest.param(_doc(alpha_ms=-1), "alpha_ms must be > 0", id="negative-alpha"),
+        pytest.param(_doc(beta_ms=0), "beta_ms must be > 0", id="zero-beta"),
+        pytest.param(_doc(gamma_ms="2e-4"), "gamma_ms must be a finite number", id="string-gamma"),
+        pytest.param(_doc(alpha_ms=True), "alpha_ms must be a finite number", id="bool-alpha"),
+        pytest.param(_doc(covariance=[[1.0]]), "3x3", id="covariance-1x1"),
+        pytest.param(_doc(covariance=[[1, 0, 0], [0, -1, 0], [0, 0, 1]]), "positive definite", id="indefinite"),
+        pytest.param(_doc(covariance=[[1, 0.5, 0], [0, 1, 0], [0, 0, 1]]), "symmetric", id="asymmetric"),
+        pytest.param(_doc(lower=[1, 1]), "lower must be a list of 3", id="short-lower"),
+        pytest.param(_doc(lower=[2000.0, 1e-5, 1e-8]), "below upper", id="lower-above-upper"),
+        pytest.param(_doc(updated_s=None), "updated_s must be a finite number", id="missing-updated"),
+        pytest.param(_doc(accepted=-2), "accepted must be a non-negative integer", id="negative-count"),
+        pytest.param(_doc(rejected=1.5), "rejected must be a non-negative integer", id="fractional-count"),
+        pytest.param(_doc(last_nis=math.inf), "last_nis must be a finite number", id="infinite-nis"),
+    ],
+)
+def test_from_json_is_strict(doc: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ekf.FilterState.from_json(doc)
+
+
+def test_state_of_the_previous_format_is_still_read() -> None:
+    # what commit 478ca8a persisted in VA status: narrow limits around the start, the same keys
+    doc = {
+        "alpha_ms": 20.5,
+        "beta_ms": 0.081,
+        "gamma_ms": 1.9e-4,
+        "covariance": [[1e-4, 0, 0], [0, 1e-4, 0], [0, 0, 1e-3]],
+        "lower": [0.2, 8e-4, 2e-6],
+        "upper": [2000.0, 8.0, 0.02],
+        "updated_s": 1767225600.0,
+        "accepted": 40,
+        "rejected": 3,
+        "last_nis": 1.2,
+        "lost_cycles": 0,
+    }
+    state = ekf.FilterState.from_json(doc)
+    assert (state.alpha_ms, state.lower, state.accepted) == (20.5, (0.2, 8e-4, 2e-6), 40)
