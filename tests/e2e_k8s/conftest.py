@@ -6,7 +6,9 @@ adapter manifests installed from the e2e-loopback overlay), `loop` (a background
 emulated vLLM pods that the emulated kubelet runs for every Pod), `adapter_kubeconfig` (the adapter's
 ServiceAccount token).
 
-per test: `env`, which creates the test's namespace from manifests/examples, starts `wva-adapter serve`
+per test: `api_world` + `client` (apiworld.py: a namespace, an audited admin user and our `KubeClient` as that
+user, for the client-level tests `test_api_*.py`), and `env`, which creates the test's namespace from
+manifests/examples, starts `wva-adapter serve`
 processes, routes the APIService to them, and cleans up (also on failure).
 """
 
@@ -16,7 +18,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,10 @@ from typing import Any
 import pytest
 import requests
 
+from adapter.k8s.client import KubeClient
+
 from .adapter import AdapterProcess
+from .apiworld import ApiWorld, world_for
 from .cluster import VA_GROUP, VA_PLURAL, VA_VERSION, Kube, until
 from .controlplane import (
     ADAPTER_SA,
@@ -279,3 +284,22 @@ def env(
         world.teardown()
         if node.errors:
             print(f"[e2e-k8s] node errors: {node.errors}")
+
+
+@pytest.fixture
+def api_world(request: pytest.FixtureRequest, kube: Kube) -> Iterator[ApiWorld]:
+    world = world_for(kube, request.node.nodeid, request.node.name)
+    try:
+        yield world
+    finally:
+        world.teardown()
+
+
+@pytest.fixture
+async def client(api_world: ApiWorld) -> AsyncIterator[KubeClient]:
+    """Our client (kubernetes.aio underneath) as the test's audited user, from its kubeconfig."""
+    kube_client = await KubeClient.connect(kubeconfig=str(api_world.kubeconfig), request_timeout_s=10.0)
+    try:
+        yield kube_client
+    finally:
+        await kube_client.close()

@@ -48,6 +48,8 @@ BUILD_SCRIPT = REPO / "hack" / "build-k8s-bins.sh"
 CONTROLLER_NS = "workload-variant-autoscaler-system"
 ADAPTER_SA = "wva-adapter"
 ADAPTER_USER = f"system:serviceaccount:{CONTROLLER_NS}:{ADAPTER_SA}"
+AUDITED_GROUP = "wva-e2e:audited"
+"""Users in this group have every request written to the control plane's audit log, bodies included."""
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 
 
@@ -294,6 +296,8 @@ class ControlPlane(_Clients):
 
     workdir: Path
     hpa_sync_period_s: float = 1.0
+    controller_manager: bool = True
+    """False: etcd and kube-apiserver only, for tests that play the controllers themselves (realapi.py)."""
     bins: dict[str, Path] = field(default_factory=require_binaries)
     etcd_port: int = field(default_factory=free_port)
     etcd_peer_port: int = field(default_factory=free_port)
@@ -305,6 +309,7 @@ class ControlPlane(_Clients):
     def __post_init__(self) -> None:
         self.logs = self.workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.audit_log: Path | None = self.logs / "audit.jsonl"
         self.pki = make_pki(self.workdir / "pki")
         self.admin_kubeconfig = write_kubeconfig(
             self.workdir / "admin.kubeconfig", server=self.url, ca=self.pki.ca, client=self.pki.admin, user="admin"
@@ -323,7 +328,8 @@ class ControlPlane(_Clients):
     def start(self) -> None:
         self._start_etcd()
         self._start_apiserver()
-        self._start_controller_manager()
+        if self.controller_manager:
+            self._start_controller_manager()
 
     def _start_etcd(self) -> None:
         client, peer = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{self.etcd_peer_port}"
@@ -380,6 +386,13 @@ class ControlPlane(_Clients):
                 f"--proxy-client-key-file={pki.front_proxy_client.key}",
                 # Never --enable-aggregator-routing: it would bypass the ExternalName Service (research §3.3).
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                # The audit log is how tests see which requests a client sent (verb, URI, body, user), the
+                # real server's answer to the fake server's request log (tests/e2e_k8s/apiworld.py).
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--audit-log-maxbackup=0",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -392,6 +405,23 @@ class ControlPlane(_Clients):
                 return bool(response.status == 200)
 
         self.startup_s["kube-apiserver"] = wait_for("/readyz", ready, component=apiserver, timeout_s=90)
+
+    def _audit_policy(self) -> Path:
+        """Request-level audit (with bodies) of the tests' audited users and the adapter's ServiceAccount only:
+        kube-controller-manager's HPA sync every second would otherwise dominate the log."""
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [
+                {"level": "Request", "userGroups": [AUDITED_GROUP]},
+                {"level": "Request", "users": [ADAPTER_USER]},
+                {"level": "None"},
+            ],
+        }
+        path = self.workdir / "audit-policy.yaml"
+        path.write_text(yaml.safe_dump(policy))
+        return path
 
     def _start_controller_manager(self) -> None:
         kubeconfig = str(self.admin_kubeconfig)
@@ -458,6 +488,7 @@ class ExternalCluster(_Clients):
     def __post_init__(self) -> None:
         self.logs = self.workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.audit_log: Path | None = None  # kind's apiserver audits nothing unless configured to
         source = Path(os.environ["WVA_E2E_KUBECONFIG"])
         config = yaml.safe_load(source.read_text())
         cluster = config["clusters"][0]["cluster"]

@@ -67,7 +67,10 @@ def deployment(
     ready: int = 2,
     tmpl: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"selector": {"matchLabels": {"app": name}}, "template": tmpl or template()}
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": name}},
+        "template": tmpl or template(labels={"app": name}),
+    }
     if replicas is not None:
         spec["replicas"] = replicas
     return {
@@ -120,7 +123,10 @@ def replicaset(name: str, *, deployment_name: str, namespace: str = NS) -> dict[
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name, "controller": True}
             ],
         },
-        "spec": {},
+        "spec": {
+            "selector": {"matchLabels": {"app": deployment_name}},
+            "template": template(labels={"app": deployment_name}),
+        },
     }
 
 
