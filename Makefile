@@ -56,7 +56,7 @@ e2e-bins:
 	bash hack/build-kedaclient.sh >/dev/null
 
 e2e: install prometheus e2e-bins
-	$(BIN)/pytest -q -s -m e2e_k8s tests/e2e_k8s
+	$(BIN)/pytest -q -s -m e2e_k8s tests/e2e_k8s tests/e2e_serve
 
 # The same scenarios against a kind cluster (needs docker and kind; not run in CI). See hack/e2e-kind.sh.
 e2e-kind: install prometheus e2e-bins

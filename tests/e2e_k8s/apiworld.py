@@ -100,8 +100,8 @@ def read_audit(path: Path, *, user: str, since_bytes: int = 0) -> list[AuditedRe
             if event.get("user", {}).get("username") != user:
                 continue
             stage, verb = event.get("stage"), event.get("verb", "")
-            if not (stage == "ResponseComplete" or (stage == "ResponseStarted" and verb == "watch")):
-                continue
+            if stage != ("ResponseStarted" if verb == "watch" else "ResponseComplete"):
+                continue  # a watch is logged when its stream starts (and again when it ends: not counted twice)
             ref = event.get("objectRef") or {}
             uri = str(event.get("requestURI", ""))
             found.append(

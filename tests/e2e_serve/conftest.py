@@ -1,4 +1,5 @@
-"""Fixtures for the serve end-to-end tests: the fake API server with the two-variant cluster, serving TLS."""
+"""Fixtures for the serve end-to-end tests: a real etcd + kube-apiserver of the test's own (RealApiServer,
+tests/e2e_k8s/realapi.py) holding the two-variant cluster, and serving TLS."""
 
 from __future__ import annotations
 
@@ -7,24 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.builders import ALL_TYPES
+from tests.e2e_k8s.realapi import RealApiServer
 
-from .support import Cluster, TaggedApiServer, Tls, make_tls
+from .support import Cluster, Tls, make_tls
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[TaggedApiServer]:
-    server = TaggedApiServer()
-    server.serve(*ALL_TYPES)
-    await server.start()
+async def api(tmp_path: Path) -> AsyncIterator[RealApiServer]:
+    """etcd + kube-apiserver (no controllers: these tests play the HPA, the Deployment controller and the kubelet
+    themselves), the VA CRD installed; its logs and audit log stay under the test's tmp_path."""
+    server = RealApiServer(tmp_path / "control-plane")
     try:
+        await server.start()
         yield server
     finally:
         await server.stop()
 
 
 @pytest.fixture
-def cluster(api: TaggedApiServer) -> Cluster:
+def cluster(api: RealApiServer) -> Cluster:
     installed = Cluster(api)
     installed.install()
     return installed

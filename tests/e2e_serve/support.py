@@ -1,10 +1,10 @@
-"""Shared by the `serve` end-to-end tests: a fake cluster holding two variants of one model, `run_serve` run
+"""Shared by the `serve` end-to-end tests: a cluster holding two variants of one model, `run_serve` run
 in-process, and clients for everything it serves (HTTPS External Metrics API, KEDA gRPC, /metrics, /readyz).
 
-Everything listens on 127.0.0.1. The Kubernetes API is `tests.k8s.fake_apiserver.FakeApiServer` (objects from
-`tests.k8s.builders`), spoken to by the real `kubernetes.aio` client through a generated kubeconfig;
-`TaggedApiServer` adds one listening port per client so every request can be attributed to the adapter
-instance that sent it (both instances of the HA test use the same token and user agent).
+Everything listens on 127.0.0.1. The Kubernetes API is a real etcd + kube-apiserver of the test's own
+(`tests.e2e_k8s.realapi.RealApiServer`; objects from `tests.k8s.builders`), spoken to by the real
+`kubernetes.aio` client through a generated kubeconfig. Each `serve` instance is a user of its own, so the
+apiserver's audit log attributes every request to the instance that sent it (`api.by(name, ...)`).
 
 Every wait is `until(...)`: a bounded poll that fails with the last thing it saw.
 """
@@ -14,18 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import grpc.aio
 import pytest
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -37,8 +34,8 @@ from adapter.servers._keda_pb import externalscaler_pb2 as pb
 from adapter.servers._keda_pb import externalscaler_pb2_grpc as pb_grpc
 from adapter.servers.tls import generate_serving_cert
 from adapter.store.decisions import StoredDecision
+from tests.e2e_k8s.realapi import RealApiServer
 from tests.k8s import builders as b
-from tests.k8s.fake_apiserver import FakeApiServer
 from tests.servers._em_support import EM_BASE, em_request
 
 NS = b.NS
@@ -105,72 +102,12 @@ async def until(what: str, check: Check, *, timeout_s: float, every_s: float = 0
 # ------------------------------------------------------------------------------------------ the cluster
 
 
-class TaggedApiServer(FakeApiServer):
-    """A FakeApiServer that also listens on one extra port per named client, and records every request with
-    the client that sent it (by the local port it arrived on), its answer status and its JSON body."""
-
-    @dataclass
-    class Request:
-        client: str
-        method: str
-        path: str
-        watch: bool
-        body: Any = None
-        status: int = 0
-        at_s: float = field(default_factory=time.monotonic)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.clients: dict[int, str] = {}
-        self.requests: list[TaggedApiServer.Request] = []
-
-    async def add_client(self, name: str) -> int:
-        """Listen on one more port for `name`; returns it (write a kubeconfig for it with `kubeconfig_for`)."""
-        assert self._runner is not None, "start() first"
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-        self.clients[port] = name
-        await web.SockSite(self._runner, sock).start()
-        return port
-
-    def kubeconfig_for(self, name: str, path: Path) -> Path:
-        [port] = [p for p, n in self.clients.items() if n == name]
-        self.write_kubeconfig(path)
-        config = json.loads(path.read_text())
-        config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{port}"
-        path.write_text(json.dumps(config))
-        return path
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
-        client = self.clients.get(int(sockname[1]), "main") if sockname else "?"
-        entry = self.Request(client, request.method, request.path, request.query.get("watch") in ("true", "1"))
-        self.requests.append(entry)
-        response = await super()._handle(request)
-        entry.status = response.status
-        if request.method in ("POST", "PUT", "PATCH"):
-            with contextlib.suppress(ValueError):
-                entry.body = json.loads(await request.read())  # the fake has read it: aiohttp returns its copy
-        return response
-
-    def by(self, client: str, *, method: str | None = None, path_contains: str = "", since_s: float = 0.0) -> list[Any]:
-        return [
-            e
-            for e in self.requests
-            if e.client == client
-            and (method is None or e.method == method)
-            and path_contains in e.path
-            and e.at_s >= since_s
-        ]
-
-
 @dataclass
 class Cluster:
-    """The fake cluster's objects: per variant a VA, a Deployment, a ReplicaSet and its Pods; the saturation
+    """The cluster's objects: per variant a VA, a Deployment, a ReplicaSet and its Pods; the saturation
     ConfigMap in the controller namespace."""
 
-    api: FakeApiServer
+    api: RealApiServer
 
     def install(self) -> None:
         for variant in VARIANTS:

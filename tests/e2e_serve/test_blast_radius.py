@@ -1,6 +1,7 @@
 """Blast radius end to end (issue 10): `serve`, a real Prometheus scraping emulated vLLM pods in two namespaces,
-and the fake Kubernetes API. Tenant `team-a` poisons what it may write — a namespace-local ConfigMap (6 kB of
-nested brackets, plus a YAML alias bomb), then a broken VA, then pods with garbage metrics — while tenant
+and a real kube-apiserver. Tenant `team-a` poisons what it may write — a namespace-local ConfigMap (6 kB of
+nested brackets, plus a YAML alias bomb), then a broken VA (refused by our CRD's schema; let through by a
+looser, upstream-like CRD, and then marked InvalidSpec by us), then pods with garbage metrics — while tenant
 `team-b` must keep being decided and served every cycle. Removing the poison restores `team-a`.
 
 Run with `-s` to see the transcript.
@@ -8,6 +9,7 @@ Run with `-s` to see the transcript.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,13 +26,15 @@ from .support import (
     CONTROLLER_NS,
     SATURATION_CM,
     SATURATION_DEFAULT,
+    RealApiServer,
     Serve,
-    TaggedApiServer,
     Tls,
     check_of,
     serve_settings,
     until,
 )
+
+pytestmark = pytest.mark.e2e_k8s  # a real kube-apiserver per test (tests/e2e_k8s/realapi.py)
 
 TENANTS = ("team-a", "team-b")
 MODEL = "meta/llama-3.1-8b"
@@ -71,7 +75,7 @@ def prometheus(pods: dict[str, tuple[VllmPod, MetricsServer]], tmp_path: Path) -
         prom.stop()
 
 
-def _install(api: TaggedApiServer) -> None:
+def _install(api: RealApiServer) -> None:
     api.put(r.CONFIGMAPS, b.configmap(SATURATION_CM, namespace=CONTROLLER_NS, data={"default": SATURATION_DEFAULT}))
     for ns in TENANTS:
         api.put(
@@ -94,29 +98,41 @@ def _install(api: TaggedApiServer) -> None:
         api.put(r.PODS, b.pod(_pod(ns), owner="vllm-rs", namespace=ns, ip=f"10.1.{TENANTS.index(ns)}.1"))
 
 
-def _status(api: TaggedApiServer, ns: str, name: str = "vllm") -> dict[str, Any]:
+CRD_SPEC = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties"
+
+
+def _accepted(api: RealApiServer, va: dict[str, Any]) -> str | None:
+    """None once the apiserver stores `va` (a CRD schema change takes a moment to be served)."""
+    try:
+        api.put(r.VARIANT_AUTOSCALINGS, va)
+    except AssertionError as refused:
+        return str(refused)[:200]
+    return None
+
+
+def _status(api: RealApiServer, ns: str, name: str = "vllm") -> dict[str, Any]:
     return dict(api.get(r.VARIANT_AUTOSCALINGS, ns, name).get("status") or {})
 
 
-def _condition(api: TaggedApiServer, ns: str, kind: str, name: str = "vllm") -> dict[str, Any]:
+def _condition(api: RealApiServer, ns: str, kind: str, name: str = "vllm") -> dict[str, Any]:
     return next((dict(c) for c in _status(api, ns, name).get("conditions") or [] if c.get("type") == kind), {})
 
 
-def _is(api: TaggedApiServer, ns: str, kind: str, field: str, want: str, name: str = "vllm") -> str | None:
+def _is(api: RealApiServer, ns: str, kind: str, field: str, want: str, name: str = "vllm") -> str | None:
     got = _condition(api, ns, kind, name).get(field)
     return None if got == want else f"{ns}/{name} {kind}.{field} = {got!r}, want {want!r}"
 
 
-def _mentions(api: TaggedApiServer, ns: str, text: str) -> str | None:
+def _mentions(api: RealApiServer, ns: str, text: str) -> str | None:
     message = _condition(api, ns, "OptimizationReady").get("message", "")
     return None if text in message else f"{ns} OptimizationReady says {message[:160]!r}"
 
 
-def _last_run(api: TaggedApiServer, ns: str) -> str:
+def _last_run(api: RealApiServer, ns: str) -> str:
     return str((_status(api, ns).get("desiredOptimizedAlloc") or {}).get("lastRunTime", ""))
 
 
-async def _still_decided(api: TaggedApiServer, ns: str, *, cycles: int = 2, timeout_s: float = 15.0) -> float:
+async def _still_decided(api: RealApiServer, ns: str, *, cycles: int = 2, timeout_s: float = 15.0) -> float:
     """Wait until `ns`'s VA has been decided `cycles` more times (lastRunTime moved on each)."""
     seen = {_last_run(api, ns)}
 
@@ -128,7 +144,7 @@ async def _still_decided(api: TaggedApiServer, ns: str, *, cycles: int = 2, time
 
 
 async def test_a_poisoned_tenant_never_stops_the_other(
-    api: TaggedApiServer,
+    api: RealApiServer,
     tls: Tls,
     prometheus: PrometheusProcess,
     pods: dict[str, tuple[VllmPod, MetricsServer]],
@@ -185,10 +201,18 @@ async def test_a_poisoned_tenant_never_stops_the_other(
         )
         say("poison removed: team-a back to SaturationOnlyMode")
 
-        # 2. a broken VA in team-a
+        # 2. a broken VA in team-a. The real apiserver refuses a malformed one at the door (our CRD's schema) ...
         broken = b.va("broken", namespace="team-a", model=MODEL, cost="1", min_replicas=1, max_replicas=4)
         broken["spec"]["minReplicas"] = "lots"
-        api.put(r.VARIANT_AUTOSCALINGS, broken)
+        with pytest.raises(AssertionError, match=r"-> 422: .*spec\.minReplicas in body must be of type integer"):
+            api.put(r.VARIANT_AUTOSCALINGS, broken)
+        # ... but a cluster migrating from upstream WVA still has upstream's CRD, whose variantCost has no pattern
+        # (upstream reads an unparsable cost as 10.0). Loosen ours the same way: such a VA reaches the adapter.
+        loosen = [{"op": "remove", "path": f"{CRD_SPEC}/variantCost/pattern"}]
+        api.kube.kubectl("patch", "crd", "variantautoscalings.llmd.ai", "--type=json", "-p", json.dumps(loosen))
+        broken["spec"]["minReplicas"] = 1
+        broken["spec"]["variantCost"] = "cheap"
+        await until("the loosened CRD served", check_of(_accepted, api, broken), timeout_s=10)
         await until(
             "the broken VA says why",
             check_of(_is, api, "team-a", "OptimizationReady", "reason", "InvalidSpec", "broken"),
@@ -196,7 +220,7 @@ async def test_a_poisoned_tenant_never_stops_the_other(
         )
         await _still_decided(api, "team-b", cycles=2)
         await _still_decided(api, "team-a", cycles=2)  # its healthy VA too
-        say("broken VA: InvalidSpec on it; both healthy VAs decided")
+        say("broken VA: refused by our CRD (422); through a looser CRD: InvalidSpec on it; both healthy VAs decided")
 
         # 3. garbage metrics from team-a's pod
         pods["team-a"][0].set_load(kv_cache_usage=float("nan"), waiting=-3)

@@ -16,7 +16,9 @@ import pytest
 
 from adapter.config.settings import KNOBS, MAIN_CONFIGMAP
 
-from .support import TaggedApiServer, Tls
+from .support import RealApiServer, Tls
+
+pytestmark = pytest.mark.e2e_k8s  # a real kube-apiserver per test (tests/e2e_k8s/realapi.py)
 
 FAIL_FAST_S = 15.0
 """Interpreter start-up included; a hang (e.g. retrying forever) is cut off here and fails the test."""
@@ -35,11 +37,12 @@ def _env(home: Path) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in names} | {"HOME": str(home)}
 
 
-def _kubeconfig(path: Path, server: str, token: str) -> Path:
+def _kubeconfig(path: Path, server: str, token: str, ca: Path | None = None) -> Path:
+    cluster = {"server": server} | ({"certificate-authority": str(ca)} if ca else {})
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "clusters": [{"name": "c", "cluster": cluster}],
         "users": [{"name": "u", "user": {"token": token}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "c",
@@ -84,7 +87,7 @@ def _last_error(output: str) -> str:
 
 
 async def test_missing_prometheus_url_is_reported_after_looking_in_the_configmap(
-    api: TaggedApiServer, tls: Tls, tmp_path: Path
+    api: RealApiServer, tls: Tls, tmp_path: Path
 ) -> None:
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     code, output, took = await _serve(tmp_path, tls, f"--kubeconfig={kubeconfig}")
@@ -106,18 +109,18 @@ async def test_missing_prometheus_url_is_reported_after_looking_in_the_configmap
     ],
 )
 async def test_an_unusable_kubeconfig_is_reported(
-    api: TaggedApiServer, tls: Tls, tmp_path: Path, case: str, expected: str
+    api: RealApiServer, tls: Tls, tmp_path: Path, case: str, expected: str
 ) -> None:
     kubeconfig = tmp_path / f"kubeconfig-{case}"
     if case == "malformed":
         kubeconfig.write_text("clusters: [{name: c, cluster: {server: ")
     elif case == "wrong-token":
-        _kubeconfig(kubeconfig, api.url, "not-the-token")
+        _kubeconfig(kubeconfig, api.url, "not-the-token", ca=api.plane.pki.ca)  # kube-apiserver answers 401
     elif case == "unreachable":
         with socket.socket() as s:  # a port that was free a moment ago: nobody listens there
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        _kubeconfig(kubeconfig, f"http://127.0.0.1:{port}", api.token)
+        _kubeconfig(kubeconfig, f"https://127.0.0.1:{port}", "any-token", ca=api.plane.pki.ca)
     code, output, took = await _serve(
         tmp_path, tls, f"--kubeconfig={kubeconfig}", "--prometheus-url=http://127.0.0.1:9/"
     )
@@ -130,11 +133,11 @@ async def test_an_unusable_kubeconfig_is_reported(
 
 
 async def test_an_invalid_prometheus_url_is_rejected_before_anything_starts(
-    api: TaggedApiServer, tls: Tls, tmp_path: Path
+    api: RealApiServer, tls: Tls, tmp_path: Path
 ) -> None:
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     code, output, _ = await _serve(tmp_path, tls, f"--kubeconfig={kubeconfig}", "--prometheus-url=prometheus:9090")
     assert code == 2, output
     assert "flag --prometheus-url: 'prometheus:9090'" in output
     assert "http:// or https://" in output
-    assert api.requests == [], "serve talked to the API server with invalid settings"
+    assert api.requests == [], "serve talked to the API server with invalid settings"  # from the audit log

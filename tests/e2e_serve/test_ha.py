@@ -1,8 +1,9 @@
-"""HA: two `run_serve` instances with `--leader-elect` against one fake API server (DESIGN §1).
+"""HA: two `run_serve` instances with `--leader-elect` against one real kube-apiserver (DESIGN §1).
 
-Both replicas run in-process; each talks to the fake API through its own port, so the fake attributes every
-request (`TaggedApiServer`). Prometheus is the canned `FakePrometheus` (its answers keyed by the exact PromQL the
-collector sends, built with the collector's own query builder). Lease 2 s, renew deadline 1.5 s, retry 0.2 s.
+Both replicas run in-process; each is a user of its own, so the apiserver's audit log attributes every request
+(`RealApiServer.by`). The Lease is the real coordination.k8s.io/v1 Lease. Prometheus is the canned
+`FakePrometheus` (its answers keyed by the exact PromQL the collector sends, built with the collector's own query
+builder). Lease 2 s, renew deadline 1.5 s, retry 0.2 s.
 
 What must hold: exactly one replica holds the Lease and only it PATCHes VA status; both serve the same values
 (the follower from the VA status it watches); when the leader stops (graceful: it releases the Lease) the
@@ -36,13 +37,15 @@ from .support import (
     NS,
     VARIANTS,
     Cluster,
+    RealApiServer,
     Serve,
-    TaggedApiServer,
     Tls,
     check_of,
     serve_settings,
     until,
 )
+
+pytestmark = pytest.mark.e2e_k8s  # a real kube-apiserver per test (tests/e2e_k8s/realapi.py)
 
 LEASE_DURATION_S = 2.0
 HA = {
@@ -80,7 +83,7 @@ async def prometheus() -> AsyncIterator[FakePrometheus]:
 
 
 async def test_one_leader_writes_both_serve_the_same_and_failover_loses_no_decision(
-    api: TaggedApiServer, cluster: Cluster, tls: Tls, prometheus: FakePrometheus, tmp_path: Path
+    api: RealApiServer, cluster: Cluster, tls: Tls, prometheus: FakePrometheus, tmp_path: Path
 ) -> None:
     prometheus.answers = answers({"l4-0": 0.2, "a100-0": 0.2})
     serves: dict[str, Serve] = {}
@@ -103,14 +106,14 @@ async def test_one_leader_writes_both_serve_the_same_and_failover_loses_no_decis
                 await serve.stop()
 
 
-def _lease(api: TaggedApiServer) -> dict[str, Any]:
+def _lease(api: RealApiServer) -> dict[str, Any]:
     try:
         return dict(api.get(r.LEASES, CONTROLLER_NS, DEFAULT_LEASE_NAME)["spec"])
     except KeyError:
         return {}
 
 
-def _lease_writes(api: TaggedApiServer, client: str, *, since_s: float = 0.0) -> list[Any]:
+def _lease_writes(api: RealApiServer, client: str, *, since_s: float = 0.0) -> list[Any]:
     """Successful creates and updates of the Lease by `client`."""
     return [
         e
@@ -119,7 +122,7 @@ def _lease_writes(api: TaggedApiServer, client: str, *, since_s: float = 0.0) ->
     ]
 
 
-def _status_patches(api: TaggedApiServer, client: str, *, since_s: float = 0.0) -> list[Any]:
+def _status_patches(api: RealApiServer, client: str, *, since_s: float = 0.0) -> list[Any]:
     return api.by(client, method="PATCH", path_contains="/variantautoscalings/", since_s=since_s)
 
 
@@ -135,9 +138,7 @@ async def _serving(serves: Mapping[str, Serve], want: Mapping[str, int]) -> str 
     return None if not wrong else f"want {dict(want)}, got {wrong}"
 
 
-async def _scenario(
-    api: TaggedApiServer, cluster: Cluster, prometheus: FakePrometheus, serves: dict[str, Serve]
-) -> None:
+async def _scenario(api: RealApiServer, cluster: Cluster, prometheus: FakePrometheus, serves: dict[str, Serve]) -> None:
     # ---- exactly one leader, and only it writes VA status ------------------------------------------------------
     def decided() -> str | None:
         if QUERIES[QueryName.KV_CACHE_USAGE] not in prometheus.seen:

@@ -1,5 +1,5 @@
 """The queueing model's learned state across an HA fail-over (issue 11): two `serve` replicas with leader
-election on the fake API's Lease, a real Prometheus scraping an emulated vLLM pod and EPP. The leader learns
+election on a real kube-apiserver's Lease, a real Prometheus scraping an emulated vLLM pod and EPP. The leader learns
 (α, β, γ) and persists them in VA status; the follower never writes; after the leader stops, the new leader
 continues the persisted filter (its accepted-observation count goes on from the old leader's) instead of
 bootstrapping afresh, and serves the same λ* within 5 %. The recommender's checkpoint makes the same trip.
@@ -19,8 +19,10 @@ from adapter.recommender.recommender import VariantHistory
 from tests.e2e_prometheus.prom import PrometheusProcess
 from tests.k8s import builders as b
 
-from .support import CHEAP, CONTROLLER_NS, Cluster, Serve, TaggedApiServer, Tls, check_of, serve_settings, until
+from .support import CHEAP, CONTROLLER_NS, Cluster, RealApiServer, Serve, Tls, check_of, serve_settings, until
 from .test_qm_restart import LAMBDA, QM_CM, emulated, prometheus  # noqa: F401 — the fixtures
+
+pytestmark = pytest.mark.e2e_k8s  # a real kube-apiserver per test (tests/e2e_k8s/realapi.py)
 
 HA = {
     "leader_elect": True,
@@ -36,7 +38,7 @@ def _learned(cluster: Cluster) -> dict[str, Any]:
     return dict(((cluster.va(CHEAP).get("status") or {}).get("learned") or {}).get("queueingModel") or {})
 
 
-def _holder(api: TaggedApiServer) -> str:
+def _holder(api: RealApiServer) -> str:
     try:
         return str(api.get(r.LEASES, CONTROLLER_NS, DEFAULT_LEASE_NAME)["spec"].get("holderIdentity") or "")
     except KeyError:
@@ -44,7 +46,7 @@ def _holder(api: TaggedApiServer) -> str:
 
 
 async def test_new_leader_continues_the_learned_filter(
-    api: TaggedApiServer,
+    api: RealApiServer,
     cluster: Cluster,
     tls: Tls,
     prometheus: PrometheusProcess,  # noqa: F811 — the fixture imported from test_qm_restart

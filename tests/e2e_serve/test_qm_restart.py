@@ -7,8 +7,8 @@ bootstrapping afresh. (With one steady pod the three parameters are not all iden
 slowly along the curve that fits the single operating point; λ* within 1 % across a restart under varied load is
 `tests/queueing/test_analyzer.py::test_engine_learns_persists_and_a_restart_resumes_with_the_same_capacity`.)
 
-The API server is the fake one (`tests/k8s/fake_apiserver.py`): what is tested here is the persistence path
-through VA status, which the real control plane's e2e (tests/e2e_k8s) exercises for the status writes.
+The API server is a real kube-apiserver with our CRD installed (`tests/e2e_k8s/realapi.py`), so the learned state
+makes the round trip through the CRD's structural schema (`status.learned` keeps unknown fields) and etcd.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from tests.e2e_prometheus.prom import PrometheusProcess, Target
 from tests.k8s import builders as b
 from tests.metrics.emulators import EppPod, MetricsServer, VllmPod
 
-from .support import CHEAP, CONTROLLER_NS, MODEL, NS, Cluster, Serve, TaggedApiServer, Tls, serve_settings, until
+from .support import CHEAP, CONTROLLER_NS, MODEL, NS, Cluster, RealApiServer, Serve, Tls, serve_settings, until
+
+pytestmark = pytest.mark.e2e_k8s  # a real kube-apiserver per test (tests/e2e_k8s/realapi.py)
 
 QM_CM = "wva-queueing-model-config"
 LAMBDA = "wva_queueing_model_max_rps_per_replica"
@@ -67,7 +69,7 @@ async def _lambda_star(serve: Serve) -> float:
 
 
 async def test_learned_parameters_survive_a_restart(
-    api: TaggedApiServer, cluster: Cluster, tls: Tls, prometheus: PrometheusProcess, tmp_path: Path
+    api: RealApiServer, cluster: Cluster, tls: Tls, prometheus: PrometheusProcess, tmp_path: Path
 ) -> None:
     api.put(
         r.CONFIGMAPS,

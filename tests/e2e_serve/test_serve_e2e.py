@@ -1,7 +1,7 @@
 """The whole `serve` pipeline end to end, with a real Prometheus.
 
     emulated vLLM pods ──scrape 1 s──► Prometheus (Debian's binary) ──PromQL──► run_serve (in-process)
-    FakeApiServer (VAs, Deployments, ReplicaSets, Pods, ConfigMaps) ◄──watch / PATCH status──┘
+    kube-apiserver + etcd (VAs, Deployments, ReplicaSets, Pods, ConfigMaps) ◄──watch / PATCH status──┘
                                                     └─► HTTPS External Metrics API, KEDA gRPC, /metrics, /readyz
 
 Two variants of one model: `l4` (cost 1) and `a100` (cost 5), min 1, max 5, one pod each. The load goes up on
@@ -44,8 +44,8 @@ from .support import (
     VARIANTS,
     Check,
     Cluster,
+    RealApiServer,
     Serve,
-    TaggedApiServer,
     Tls,
     all_of,
     check_of,
@@ -54,6 +54,8 @@ from .support import (
     served_everywhere,
     until,
 )
+
+pytestmark = pytest.mark.e2e_k8s  # a real kube-apiserver per test (tests/e2e_k8s/realapi.py)
 
 SCRAPED = ("l4-0", "l4-1", "a100-0")
 LOW = {"kv_cache_usage": 0.2, "waiting": 0, "running": 4, "success_rps": 1}
@@ -114,7 +116,7 @@ def prometheus(fleet: Fleet, tmp_path: Path) -> Iterator[PrometheusProcess]:
 
 
 async def test_load_to_served_replicas_through_real_prometheus_with_an_outage(
-    api: TaggedApiServer, cluster: Cluster, tls: Tls, fleet: Fleet, prometheus: PrometheusProcess, tmp_path: Path
+    api: RealApiServer, cluster: Cluster, tls: Tls, fleet: Fleet, prometheus: PrometheusProcess, tmp_path: Path
 ) -> None:
     out = Transcript()
     fleet.load(l4_0=LOW, a100_0=LOW, l4_1=IDLE)
