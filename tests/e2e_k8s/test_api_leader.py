@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
 
 from adapter.domain.errors import KubeNotFound
@@ -40,7 +39,7 @@ class InterleavedClient(KubeClient):
     """Our client; `before_write`, when set, runs once just before the next create or replace: another writer's
     request between our read and our write, as in a real race, without a fake server."""
 
-    before_write: Callable[[], None] | None = None
+    before_write: Callable[[], object] | None = None
 
     def _interleave(self) -> None:
         hook, self.before_write = self.before_write, None
@@ -69,6 +68,7 @@ def opts(api_world: ApiWorld) -> LeaderElectionOptions:
 @pytest.fixture
 async def racing(api_world: ApiWorld) -> AsyncIterator[InterleavedClient]:
     client = await InterleavedClient.connect(kubeconfig=str(api_world.kubeconfig), request_timeout_s=10.0)
+    assert isinstance(client, InterleavedClient)  # `connect` builds the class it is called on
     try:
         yield client
     finally:
@@ -184,18 +184,19 @@ async def test_another_holder_takes_over_and_we_stop_leading(
 # ---- renewals refused by RBAC -----------------------------------------------------------------------------
 
 
+RBAC = "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}"
+
+
+def _rbac(kube: Kube, method: str, namespace: str, plural: str, *, name: str = "", body: Any = None) -> None:
+    url = kube.plane.url + RBAC.format(namespace=namespace, plural=plural) + (f"/{name}" if name else "")
+    answer = kube.http.request(method, url, json=body, timeout=10)
+    assert answer.status_code < 300, f"{method} {url} -> {answer.status_code}: {answer.text[:300]}"
+
+
 def _grant_leases(kube: Kube, namespace: str, user: str) -> Callable[[], None]:
-    """A Role on Leases in `namespace` bound to `user`; returns how to bind it again after `_revoke`."""
-    rbac = kubernetes.client.RbacAuthorizationV1Api(kube.api)
-    rbac.create_namespaced_role(
-        namespace,
-        {
-            "metadata": {"name": "elector"},
-            "rules": [
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
-            ],
-        },
-    )
+    """A Role on Leases in `namespace` bound to `user`; returns how to bind it again after a revocation."""
+    rules = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]
+    _rbac(kube, "POST", namespace, "roles", body={"metadata": {"name": "elector"}, "rules": rules})
     binding = {
         "metadata": {"name": "elector"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "elector"},
@@ -203,7 +204,7 @@ def _grant_leases(kube: Kube, namespace: str, user: str) -> Callable[[], None]:
     }
 
     def bind() -> None:
-        rbac.create_namespaced_role_binding(namespace, binding)
+        _rbac(kube, "POST", namespace, "rolebindings", body=binding)
 
     bind()
     return bind
@@ -253,7 +254,7 @@ async def test_failed_renewals_keep_leadership_until_the_renew_deadline(
     await _until_answer(client, ns, forbidden=False)
     a = elector("a", via=client)
     assert await a.try_acquire_or_renew()
-    kubernetes.client.RbacAuthorizationV1Api(kube.api).delete_namespaced_role_binding("elector", ns)
+    _rbac(kube, "DELETE", ns, "rolebindings", name="elector")
     await _until_answer(client, ns, forbidden=True)
     assert api_world.audit_log is not None
     since = api_world.audit_log.stat().st_size
