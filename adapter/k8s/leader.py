@@ -44,6 +44,8 @@ __all__ = ["DEFAULT_LEASE_NAME", "LeaderElectionOptions", "LeaderElector", "defa
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_NAME: Final = "72dd1cf1.llm-d.ai"
+RELEASE_ATTEMPTS: Final = 3
+"""Reads and writes `release()` makes when its write meets a conflict (a renewal of ours still landing)."""
 
 
 def micro_time(epoch_s: float) -> str:
@@ -191,24 +193,43 @@ class LeaderElector:
 
     async def release(self) -> bool:
         """Stop leading and hand the lease back at once (empty holder, 1 s duration), as client-go's
-        ReleaseOnCancel does. Returns True when the lease was released by this call."""
+        ReleaseOnCancel does. Returns True when the lease was released by this call.
+
+        A conflict is retried (at most `RELEASE_ATTEMPTS` reads and writes): a renewal that the cancellation
+        interrupted can still commit on the server between our read and our write, and giving up then would
+        leave the lease held until it expires, a whole lease duration without a leader.
+        """
         if not self._leader:
             return False
         self._stop_leading("releasing the lease")
         opts = self.options
-        try:
-            lease = await self._client.get(LEASES, opts.name, namespace=opts.namespace)
-            spec = _spec(lease)
-            if spec.get("holderIdentity") != self.identity:
+        for attempt in range(1, RELEASE_ATTEMPTS + 1):
+            try:
+                lease = await self._client.get(LEASES, opts.name, namespace=opts.namespace)
+                spec = _spec(lease)
+                if spec.get("holderIdentity") != self.identity:
+                    return False
+                now = micro_time(self._wall_clock())
+                released = {
+                    **spec,
+                    "holderIdentity": "",
+                    "leaseDurationSeconds": 1,
+                    "acquireTime": now,
+                    "renewTime": now,
+                }
+                await self._client.replace(LEASES, opts.name, {**lease, "spec": released}, namespace=opts.namespace)
+            except KubeConflict as exc:
+                if attempt < RELEASE_ATTEMPTS:
+                    log.info("lease %s/%s changed while releasing it; reading it again", opts.namespace, opts.name)
+                    continue
+                log.warning("could not release lease %s/%s: %s", opts.namespace, opts.name, exc)
                 return False
-            now = micro_time(self._wall_clock())
-            released = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now}
-            await self._client.replace(LEASES, opts.name, {**lease, "spec": released}, namespace=opts.namespace)
-        except KubeError as exc:
-            log.warning("could not release lease %s/%s: %s", opts.namespace, opts.name, exc)
-            return False
-        log.info("released lease %s/%s", opts.namespace, opts.name)
-        return True
+            except KubeError as exc:
+                log.warning("could not release lease %s/%s: %s", opts.namespace, opts.name, exc)
+                return False
+            log.info("released lease %s/%s", opts.namespace, opts.name)
+            return True
+        return False
 
     # ---- transitions --------------------------------------------------------------------------------
 

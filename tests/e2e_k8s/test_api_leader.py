@@ -340,6 +340,40 @@ async def test_release_lets_another_replica_take_over_at_once(
     assert not await a.release()  # not leader: nothing to release
 
 
+async def test_release_retries_when_our_own_interrupted_renewal_lands_first(
+    api_world: ApiWorld, racing: InterleavedClient, elector: Callable[..., LeaderElector], clock: Clock
+) -> None:
+    """Between the release's GET and PUT, a renewal of ours that the cancellation interrupted still commits (the
+    admin renews the lease in our name): a real 409. The release reads again and hands the lease back, instead
+    of leaving it held for a whole lease duration."""
+    a = elector("a", via=racing)
+    assert await a.try_acquire_or_renew()
+    renewal = {"spec": {"holderIdentity": "a", "renewTime": micro_time(clock.wall() + 1)}}
+    racing.before_write = lambda: api_world.patch(r.LEASES, DEFAULT_LEASE_NAME, renewal)
+    api_world.mark()
+    assert await a.release()
+    assert [(e.verb, e.code) for e in api_world.requests()] == [
+        ("get", 200),
+        ("update", 409),
+        ("get", 200),
+        ("update", 200),
+    ]
+    spec = _lease(api_world)
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
+
+
+async def test_release_gives_up_when_another_holder_took_the_lease_meanwhile(
+    api_world: ApiWorld, racing: InterleavedClient, elector: Callable[..., LeaderElector]
+) -> None:
+    """The conflicting write was another replica taking over: the re-read shows it holds the lease; ours is not
+    released over its head."""
+    a = elector("a", via=racing)
+    assert await a.try_acquire_or_renew()
+    racing.before_write = lambda: api_world.patch(r.LEASES, DEFAULT_LEASE_NAME, {"spec": {"holderIdentity": "b"}})
+    assert not await a.release()
+    assert _lease(api_world)["holderIdentity"] == "b"
+
+
 async def test_run_loops_and_releases_on_cancel(api_world: ApiWorld, client: KubeClient) -> None:
     """Real time: a 3 s lease renewed every 50 ms; the renewals counted in the audit log."""
     fast = LeaderElectionOptions(
