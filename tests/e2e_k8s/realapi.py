@@ -33,8 +33,10 @@ DEFAULT_CLIENT = "serve"
 
 
 class RealApiServer:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, install_crd: bool = True) -> None:
+        """`install_crd=False` leaves the VA CRD out, for the one test of an adapter started before it exists."""
         self.workdir = workdir
+        self.install_crd = install_crd
         self.plane = ControlPlane(workdir, controller_manager=False)
         self.kube: Kube | None = None
         self.objects: Objects | None = None
@@ -49,6 +51,8 @@ class RealApiServer:
         self.plane.start()
         self.kube = Kube(self.plane)
         self.objects = Objects(self.kube)
+        if not self.install_crd:
+            return
         self.kube.kubectl("apply", "--server-side", "-k", str(CRD))
         self.kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd", "--all")
 
