@@ -5,13 +5,19 @@ For each request r (a model, or one P/D role of it) that needs a change, with va
     minimise    Σ_r Σ_v cost_v · n_v  +  P · Σ_r u_r
     subject to  Σ_v cap_v · n_v + u_r >= D_r                     (capacity covers demand; u_r = unmet, >= 0)
                 Σ_{v in pool a} gpus_v · n_v <= free_a + Σ_{v in pool a} gpus_v · current_v   (limiter on)
-                Σ_v n_v >= 1                                      (the last serving variant keeps one)
+                Σ_v n_v >= 1          if Σ_v current_v >= 1       (the last serving variant keeps one)
                 min_v <= n_v <= max_v,  n_v integer
 
 where D_r = Σ_v cap_v · current_v + required_r (scale-up) or − spare_r (scale-down), and the penalty
 P = 1 + 1000 · max_v(cost_v / cap_v) makes any unmet unit dearer than any capacity. Worked example: D = 10,000
 tokens, A (cost 5, 2,000 tokens) and B (cost 15, 8,000 tokens), nothing running: greedy buys 2 B (30, 16,000
 tokens); the MILP buys 1 B + 1 A (20, 10,000 tokens) — exactly covered, a third cheaper.
+
+"Keeps one" binds only a request that runs a replica now. A model at zero gets replicas through its unmet
+penalty like any other demand, and is woken by scale-from-zero (enforcer) otherwise; as a hard constraint it
+made the program take the only free-able GPU from another model's running replica (found by hypothesis:
+model A at zero needing 201 tokens, model B short by 202 on a full L4 pool; B gave up a 1,000-token replica
+so A could have one, leaving 1,202 unmet where greedy leaves 403).
 
 Unlike the greedy path, the program may move capacity between variants in one cycle (fewer expensive, more
 cheap replicas): cheaper at steady state, at the price of a cold start; see docs/configuration.md
@@ -122,7 +128,8 @@ def _solve_component(
         lower.append(request.demand)
         upper.append(math.inf)
         max_total = sum(v.max_replicas for owner, v in columns if owner == r_index)
-        if request.demand > 0 and max_total >= 1:
+        serving = sum(v.current_replicas for owner, v in columns if owner == r_index)
+        if request.demand > 0 and max_total >= 1 and serving >= 1:
             rows.append(serve)
             lower.append(1)
             upper.append(math.inf)

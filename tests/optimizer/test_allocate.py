@@ -180,6 +180,33 @@ def test_exact_respects_gpu_pools() -> None:
     assert out[A].unmet == pytest.approx(700)
 
 
+def test_exact_does_not_take_a_running_replica_of_a_short_model_to_wake_one_at_zero() -> None:
+    """Found by hypothesis: "the last serving variant keeps one" was a hard constraint for a model at zero too,
+    so on a full L4 pool the program took B's running 1,000-token replica to give A (at zero, 201 short) one of
+    500 tokens: 1,202 left unmet instead of 403. Now it binds only a model that runs a replica."""
+    sa = signal(A, supply("a", cost=15, cap=500, accel="L4"), required=201)
+    sb = signal(
+        B,
+        supply("cheap", cost=4, cap=1000, current=1, accel="L4"),
+        supply("dear", cost=15, cap=900, current=2, lo=2, accel="L4"),
+        required=202,
+    )
+    uses = uses_of(sa, sb)
+    greedy = allocate([sa, sb], policy=AllocationPolicy(limiter=True), pools={"L4": 3}, uses=uses)
+    exact = allocate([sa, sb], policy=AllocationPolicy(limiter=True, exact=True), pools={"L4": 3}, uses=uses)
+    assert exact[A].targets == greedy[A].targets == {"a": 0}
+    assert exact[B].targets == greedy[B].targets == {"cheap": 1, "dear": 2}
+    assert exact[A].unmet + exact[B].unmet == pytest.approx(403)
+
+
+def test_exact_keeps_the_last_serving_replica_of_a_model_with_demand() -> None:
+    # A runs one replica and still has (tiny) demand: the program keeps it although its cost exceeds the unmet
+    # penalty of 0.001 tokens (P = 1 + 1000 · 10/100 = 101 per token).
+    s = signal(A, supply("a", cost=10, cap=100, current=1), spare=100 - 0.001)
+    out = allocate([s], policy=AllocationPolicy(exact=True), pools={}, uses=uses_of(s))
+    assert out[A].targets == {"a": 1}
+
+
 # ---- properties ---------------------------------------------------------------------------------------------
 
 
