@@ -119,16 +119,17 @@ def _solve_component(
     for r_index, request in enumerate(requests):
         cover = np.zeros(n_x + n_u)
         serve = np.zeros(n_x + n_u)
+        max_total = serving = 0
         for j, (owner, v) in enumerate(columns):
             if owner == r_index:
                 cover[j] = v.per_replica_capacity
                 serve[j] = 1
+                max_total += v.max_replicas
+                serving += v.current_replicas
         cover[n_x + r_index] = 1
         rows.append(cover)
         lower.append(request.demand)
         upper.append(math.inf)
-        max_total = sum(v.max_replicas for owner, v in columns if owner == r_index)
-        serving = sum(v.current_replicas for owner, v in columns if owner == r_index)
         if request.demand > 0 and max_total >= 1 and serving >= 1:
             rows.append(serve)
             lower.append(1)

@@ -22,6 +22,7 @@ names unique to the test, are deleted afterwards, and only the test's own nodes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -597,6 +598,22 @@ async def _restricted_client(world: ApiWorld, *, without: str) -> tuple[KubeClie
     return await KubeClient.connect(kubeconfig=str(kubeconfig), request_timeout_s=10.0), user
 
 
+@contextlib.asynccontextmanager
+async def _restricted_inventory(
+    world: ApiWorld, make_inventory: MakeInventory, *, without: str
+) -> AsyncIterator[tuple[Inventory, str]]:
+    """An inventory as a user of `_restricted_client`; stopped before its client is closed."""
+    kube, user = await _restricted_client(world, without=without)
+    inventory: Inventory | None = None
+    try:
+        inventory = await make_inventory(kube=kube)
+        yield inventory, user
+    finally:
+        if inventory is not None:
+            await inventory.stop()  # before its client goes
+        await kube.close()
+
+
 def _audit_log(world: ApiWorld) -> Path:
     assert world.audit_log is not None, "this test reads the audit log, which only the local control plane writes"
     return world.audit_log
@@ -617,32 +634,18 @@ async def test_forbidden_replicasets_fall_back_to_the_pod_template_hash(
     [other] = _wait_pods(api_world, "app=zz", 1)
     assert pod["metadata"]["labels"]["pod-template-hash"]
     assert "pod-template-hash" not in other["metadata"]["labels"]
-    kube, user = await _restricted_client(api_world, without="replicasets")
-    inventory: Inventory | None = None
-    try:
-        inventory = await make_inventory(kube=kube)
+    async with _restricted_inventory(api_world, make_inventory, without="replicasets") as (inventory, user):
         assert [(p.name, p.variant) for p in inventory.view().pods] == [(pod["metadata"]["name"], "l4")]
         assert _health(inventory, "replicasets").absent
-    finally:
-        if inventory is not None:
-            await inventory.stop()  # before its client goes
-        await kube.close()
     rs_answers = {e.code for e in read_audit(_audit_log(api_world), user=user) if e.resource == "replicasets"}
     assert rs_answers == {403}
 
 
 async def test_forbidden_nodes_are_skipped(api_world: ApiWorld, make_inventory: MakeInventory) -> None:
-    kube, user = await _restricted_client(api_world, without="")
-    inventory: Inventory | None = None
-    try:
-        inventory = await make_inventory(kube=kube)
+    async with _restricted_inventory(api_world, make_inventory, without="") as (inventory, user):
         assert inventory.view().nodes == ()
         assert _health(inventory, "nodes").absent
         assert not _health(inventory, "replicasets").absent
-    finally:
-        if inventory is not None:
-            await inventory.stop()  # before its client goes
-        await kube.close()
     node_answers = {e.code for e in read_audit(_audit_log(api_world), user=user) if e.resource == "nodes"}
     assert node_answers == {403}
 

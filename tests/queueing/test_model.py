@@ -205,20 +205,10 @@ def test_a_looser_target_never_lowers_lambda_star(example, t1, t2, i1, i2):
 
 # ---- properties over the valid range -----------------------------------------------------------------------------
 
-models = st.builds(
-    model,
-    alpha=st.floats(min_value=1, max_value=100),
-    beta=st.floats(min_value=0, max_value=1),
-    gamma=st.floats(min_value=0, max_value=0.01),
-    i=st.floats(min_value=0, max_value=8192),
-    o=st.floats(min_value=1, max_value=2048),
-    n=st.integers(min_value=1, max_value=512),
-    q=st.integers(min_value=0, max_value=500),
-)
 fractions = st.floats(min_value=1e-6, max_value=1.0)
 
 
-def _model_with(o_min: float) -> st.SearchStrategy[QueueModel]:
+def _models(*, o_min: float = 1.0, n_min: int = 1) -> st.SearchStrategy[QueueModel]:
     return st.builds(
         model,
         alpha=st.floats(min_value=1, max_value=100),
@@ -226,27 +216,32 @@ def _model_with(o_min: float) -> st.SearchStrategy[QueueModel]:
         gamma=st.floats(min_value=0, max_value=0.01),
         i=st.floats(min_value=0, max_value=8192),
         o=st.floats(min_value=o_min, max_value=2048),
-        n=st.integers(min_value=2, max_value=512),
+        n=st.integers(min_value=n_min, max_value=512),
         q=st.integers(min_value=0, max_value=500),
     )
+
+
+models = _models()
+
+
+def _at_two_rates(qm: QueueModel, f1: float, f2: float) -> tuple[Metrics, Metrics]:
+    """The metrics at the lower and at the higher of two fractions of the top rate."""
+    lo, hi = sorted((f1, f2))
+    return qm.analyze(qm.rate_range_rps.max_rps * lo), qm.analyze(qm.rate_range_rps.max_rps * hi)
 
 
 @given(qm=models, f1=fractions, f2=fractions)
 @settings(max_examples=150, deadline=None)
 def test_ttft_is_non_decreasing_in_rate(qm, f1, f2):
-    lo, hi = sorted((f1, f2))
-    a: Metrics = qm.analyze(qm.rate_range_rps.max_rps * lo)
-    b: Metrics = qm.analyze(qm.rate_range_rps.max_rps * hi)
+    a, b = _at_two_rates(qm, f1, f2)
     assert b.ttft_ms >= a.ttft_ms * (1 - 1e-9)
 
 
-@given(qm=_model_with(o_min=3.0), f1=fractions, f2=fractions)
+@given(qm=_models(o_min=3.0, n_min=2), f1=fractions, f2=fractions)
 @settings(max_examples=150, deadline=None)
 def test_itl_is_non_decreasing_in_rate_from_three_output_tokens(qm, f1, f2):
     """max_batch >= 2 and O >= 3: see test_itl_can_fall_with_rate_below_three_output_tokens for the rest."""
-    lo, hi = sorted((f1, f2))
-    a: Metrics = qm.analyze(qm.rate_range_rps.max_rps * lo)
-    b: Metrics = qm.analyze(qm.rate_range_rps.max_rps * hi)
+    a, b = _at_two_rates(qm, f1, f2)
     assert b.itl_ms >= a.itl_ms * (1 - 1e-9)
 
 
