@@ -11,6 +11,8 @@ the baselines a user would otherwise configure.
 | `hpa-kv`     | an HPA per variant on the pods' KV-cache utilisation, AverageValue target 0.7                  |
 | `keda-queue` | a KEDA ScaledObject per variant on the pods' waiting requests, AverageValue target 5          |
 | `static`     | nothing scales: the initial replicas stay                                                     |
+| `oracle`     | the clairvoyant schedule (adapter.sim.oracle) set on spec.replicas, each replica requested its |
+|              | variant's p90 startup ahead (adapter.sim.actuators.ScheduleActuator): measured, not assumed   |
 
 The `wva-*` policies are checked against `adapter.engine.IMPLEMENTED_ANALYZERS` before anything runs, and the
 ConfigMaps they produce are checked with the engine's own selection (`choose_analyzer`): a policy the engine
@@ -57,6 +59,7 @@ class Policy(StrEnum):
     HPA_KV = "hpa-kv"
     KEDA_QUEUE = "keda-queue"
     STATIC = "static"
+    ORACLE = "oracle"
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
