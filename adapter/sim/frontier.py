@@ -241,14 +241,13 @@ class _Search:
     # ------------------------------------------------------------------------------------ static fleets
 
     def static_fleets(self, hint: Mapping[str, int] | None) -> Candidate | None:
-        """Single-variant fleets (the others at their minimum), then coordinate descent from the maximum fleet
-        (each variant in turn cut to the fewest replicas that still pass, one order per variant first), then
-        neighbours of the cheapest: up to `NEIGHBOURS` more of another variant while the largest is cut again."""
-        found: list[Candidate] = []
+        """With a hint, a local search around it (`_local`); without, single-variant fleets (the others at their
+        minimum), then coordinate descent from the maximum fleet (each variant in turn cut to the fewest replicas
+        that still pass, one order per variant first), then neighbours of the cheapest: up to `NEIGHBOURS` more
+        of another variant while the largest is cut again."""
         if hint is not None:
-            probe = self.static(hint)
-            if probe.passed:
-                found.append(probe)
+            return self._local(hint)
+        found: list[Candidate] = []
         lows = {v.name: v.min_replicas for v in self.variants}
         for v in self.variants:
             best = self._least(v, lows, upper=v.max_replicas)
@@ -277,6 +276,37 @@ class _Search:
                 if better is not None:
                     found.append(better)
         return min(found, key=lambda c: c.cost)
+
+    def _local(self, start: Mapping[str, int]) -> Candidate | None:
+        """From `start` (another seed's static99): add replicas of the cheapest capacity until it passes, then
+        remove single replicas, the dearest first, while it still passes. A few runs instead of a search."""
+        fleet = {
+            v.name: min(max(start.get(v.name, v.min_replicas), v.min_replicas), v.max_replicas) for v in self.variants
+        }
+        per_dollar = {
+            v.name: float(np.mean(self.capacity[i][self.capacity[i] > 0])) / v.cost_per_hour
+            if v.cost_per_hour > 0 and np.any(self.capacity[i] > 0)
+            else 0.0
+            for i, v in enumerate(self.variants)
+        }
+        current = self.static(fleet)
+        while not current.passed:
+            room = [v for v in self.variants if fleet[v.name] < v.max_replicas]
+            if not room:
+                return None
+            cheapest = max(room, key=lambda v: per_dollar[v.name])
+            fleet[cheapest.name] += 1
+            current = self.static(fleet)
+        improved = True
+        while improved:
+            improved = False
+            for v in sorted(self.variants, key=lambda v: -v.cost_per_hour):
+                if fleet[v.name] > v.min_replicas:
+                    probe = self.static({**fleet, v.name: fleet[v.name] - 1})
+                    if probe.passed:
+                        fleet, current, improved = dict(probe.fleet or fleet), probe, True
+                        break
+        return current
 
     def _least(self, variant: OracleVariant, others: Mapping[str, int], *, upper: int) -> Candidate | None:
         """The fewest replicas of `variant` in [min, upper] that pass with the others as given (bisection)."""
