@@ -52,6 +52,7 @@ BUILTIN_MODELS: dict[tuple[str, str], str] = {
     ("v1", "ServiceAccount"): "V1ServiceAccount",
     ("v1", "Service"): "V1Service",
     ("v1", "ConfigMap"): "V1ConfigMap",
+    ("v1", "Secret"): "V1Secret",
     ("apps/v1", "Deployment"): "V1Deployment",
     ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",

@@ -34,7 +34,13 @@ from adapter.config.va import GROUP, KIND, PLURAL, SCALE_TARGET_KINDS, VERSION, 
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import ConditionType
-from adapter.servers.served import ServedMetric
+from tests.manifests.rbac import (
+    EXPECTED_ADAPTER_RULES,
+    EXPECTED_HPA_READER_RULES,
+    EXPECTED_LEASE_RULES,
+    expand,
+    grants,
+)
 from tests.manifests.render import COMPONENTS, KUSTOMIZATIONS, MANIFESTS, REPO, find, object_id, one, render
 from tests.manifests.strict import (
     BUILTIN_MODELS,
@@ -49,8 +55,6 @@ from tests.manifests.strict import (
 
 NS = DEFAULT_CONTROLLER_NAMESPACE
 SA = "wva-adapter"
-SERVED_METRICS = tuple(m.value for m in ServedMetric)
-READ = frozenset({"get", "list", "watch"})
 
 
 def _all_rendered() -> list[tuple[str, dict[str, Any]]]:
@@ -668,39 +672,6 @@ def test_example_scale_target(va: dict[str, Any]) -> None:
 
 # ---- RBAC -------------------------------------------------------------------------------------------------
 
-EXPECTED_ADAPTER_RULES = {
-    ("llmd.ai", "variantautoscalings"): READ,
-    ("llmd.ai", "variantautoscalings/status"): {"get", "patch", "update"},
-    ("apps", "deployments"): READ,
-    ("apps", "statefulsets"): READ,
-    ("apps", "replicasets"): READ,
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): READ,
-    ("", "pods"): READ,
-    ("", "configmaps"): READ,
-    ("", "nodes"): READ,
-    ("", "services"): READ,
-    ("inference.networking.k8s.io", "inferencepools"): READ,
-    ("inference.networking.x-k8s.io", "inferencepools"): READ,
-    ("events.k8s.io", "events"): {"create", "patch"},
-}
-EXPECTED_LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "patch"}}
-EXPECTED_HPA_READER_RULES = {("external.metrics.k8s.io", m): READ for m in SERVED_METRICS}
-
-
-def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
-    return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
-def _expand(expected: dict[tuple[str, str], Any]) -> set[tuple[str, str, str]]:
-    return {(g, r, v) for (g, r), verbs in expected.items() for v in verbs}
-
-
 ROLES = ("ClusterRole", "Role")
 
 
@@ -723,13 +694,13 @@ def test_role_has_no_wildcards_or_secrets(role: dict[str, Any]) -> None:
     ],
 )
 def test_role_grants_exactly(kind: str, name: str, expected: dict[tuple[str, str], Any]) -> None:
-    assert _grants(one(render("manifests"), kind, name)) == _expand(expected)
+    assert grants(one(render("manifests"), kind, name)) == expand(expected)
 
 
 def test_adapter_never_writes_workloads() -> None:
     role = one(render("manifests"), "ClusterRole", "wva-adapter")
     writes = {"create", "update", "patch", "delete"}
-    for group, resource, verb in _grants(role):
+    for group, resource, verb in grants(role):
         if verb in writes:
             assert resource in {"variantautoscalings/status", "events"}, (group, resource, verb)
 
