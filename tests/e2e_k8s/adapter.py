@@ -40,6 +40,8 @@ class AdapterProcess:
     serving: Pair
     watch_namespace: str
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """More environment (what the downward API gives a pod, e.g. POD_NAMESPACE)."""
     https_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
@@ -72,6 +74,7 @@ class AdapterProcess:
         """Start and wait for /healthz; returns the seconds it took."""
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "PROMETHEUS_BASE_URL")}
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.argv(),

@@ -28,7 +28,6 @@ HELM_LABELS = frozenset(
     {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
 )
 """Labels Helm's conventions add to every object; the kustomizations have none of them."""
-HELM_ANNOTATIONS = frozenset({"helm.sh/resource-policy"})
 
 Values = Sequence[str]
 """`--set` arguments, e.g. ("tls.mode=certManager", "mode=keda")."""
@@ -54,7 +53,7 @@ def helm_binary() -> Path:
 
 def helm(*args: str, kubeconfig: Path | None = None, check: bool = True, timeout_s: float = 120,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    """Run helm with its state confined to the test (no ~/.config/helm, no repositories)."""
+    """Run helm (a failure fails the test with its output, unless `check=False`)."""
     argv = [str(helm_binary()), *args]
     if kubeconfig is not None:
         argv.append(f"--kubeconfig={kubeconfig}")
@@ -74,13 +73,14 @@ def set_args(values: Values) -> list[str]:
 
 
 def template(values: Values = (), *, namespace: str = CONTROLLER_NS, release: str = "wva") -> list[dict[str, Any]]:
-    """`helm template` of the chart, parsed (no cluster: `lookup` finds nothing). A fresh copy per call."""
+    """`helm template --include-crds` of the chart, parsed (no cluster: `lookup` finds nothing). A fresh copy per
+    call."""
     return copy.deepcopy(_template(tuple(values), namespace, release))
 
 
 @functools.cache
 def _template(values: tuple[str, ...], namespace: str, release: str) -> list[dict[str, Any]]:
-    out = helm("template", release, str(CHART), "--namespace", namespace, *set_args(values)).stdout
+    out = helm("template", release, str(CHART), "--namespace", namespace, "--include-crds", *set_args(values)).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -93,15 +93,14 @@ def post_renderer_args(kubectl: Path) -> tuple[list[str], dict[str, str]]:
 
 
 def without_helm_metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    """`obj` without Helm's labels and annotations (what a kustomization renders for the same object)."""
+    """`obj` without Helm's labels (what a kustomization renders for the same object)."""
     out = copy.deepcopy(obj)
     meta = out["metadata"]
-    for field, drop in (("labels", HELM_LABELS), ("annotations", HELM_ANNOTATIONS)):
-        kept = {k: v for k, v in (meta.get(field) or {}).items() if k not in drop}
-        if kept:
-            meta[field] = kept
-        else:
-            meta.pop(field, None)
+    kept = {k: v for k, v in (meta.get("labels") or {}).items() if k not in HELM_LABELS}
+    if kept:
+        meta["labels"] = kept
+    else:
+        meta.pop("labels", None)
     return out
 
 

@@ -1,6 +1,7 @@
-"""The Helm chart's copies of the kustomize sources are the same bytes, and its defaults the same values, so
-that `make unit` catches a drift without helm. The chart's rendering is compared object by object with the
-kustomizations' in tests/e2e_k8s/test_helm_chart.py (it needs the helm binary of `make e2e-bins`)."""
+"""The Helm chart's copies of the kustomize sources (the CRD in crds/, the examples in files/) are the same bytes,
+and its defaults the same values, so that `make unit` catches a drift without helm. The chart's rendering is
+compared object by object with the kustomizations' in tests/e2e_k8s/test_helm_chart.py (it needs the helm
+binary of `make e2e-bins`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from adapter.config.configmaps import SATURATION_CM, SCALE_TO_ZERO_CM
 from tests.manifests.render import MANIFESTS, REPO
 
 CHART = REPO / "charts" / "wva-adapter"
-COPIES = sorted((CHART / "files").rglob("*.yaml"))
+COPIES = sorted([*(CHART / "files").rglob("*.yaml"), *(CHART / "crds").glob("*.yaml")])
 
 
 def _source_of(copy: Path) -> Path:
@@ -36,7 +37,7 @@ def test_chart_file_is_the_manifest(copy: Path) -> None:
 def test_every_example_and_the_crd_are_copied() -> None:
     sources = {p.name for p in (MANIFESTS / "examples").rglob("*.yaml") if p.name != "kustomization.yaml"}
     assert {p.name for p in (CHART / "files" / "examples").glob("*.yaml")} == sources
-    assert (CHART / "files" / "llmd.ai_variantautoscalings.yaml").exists()
+    assert [p.name for p in (CHART / "crds").iterdir()] == ["llmd.ai_variantautoscalings.yaml"]
 
 
 def test_default_analyzer_configmaps_are_the_manifests() -> None:
