@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey
+from adapter.domain.snapshot import VariantView
 
 
 class Role(StrEnum):
@@ -61,6 +63,30 @@ class VariantSupply:
     """Demand attributed to this variant's replicas, in the signal's unit."""
 
 
+def supply_of(
+    view: VariantView, *, per_replica_capacity: float, demand: float = 0.0, role: Role = Role.BOTH
+) -> VariantSupply:
+    """A variant as the allocation step sees it: bounds and cost from its VA, replicas (ready = current −
+    pending) and GPUs from its scale target (none found: 0 replicas, 1 GPU), its pool's normalised name."""
+    target = view.target
+    current = target.replicas if target else 0
+    pending = target.pending_replicas if target else 0
+    return VariantSupply(
+        name=view.key.name,
+        cost=view.spec.cost,
+        per_replica_capacity=per_replica_capacity,
+        current_replicas=current,
+        min_replicas=view.spec.min_replicas,
+        max_replicas=view.spec.max_replicas,
+        ready_replicas=max(0, current - pending),
+        pending_replicas=pending,
+        gpus_per_replica=max(1, target.gpus_per_replica) if target else 1,
+        accelerator=normalize_accelerator(view.accelerator),
+        role=role,
+        demand=demand,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CapacitySignal:
     """One model's analysis, ready for allocation."""
@@ -78,6 +104,9 @@ class CapacitySignal:
     proposal: Mapping[str, int] | None = None
     """Targets chosen by the analyzer itself (percentage-based ±1 rule); the allocation step then only
     checks them against the GPUs available."""
+    spare_fraction: float = 0.0
+    """With a proposal: how much of the model's capacity is spare (V1: the average spare KV-cache fraction);
+    the GPU limiter grants the most saturated model (lowest) first."""
     analysis: Mapping[str, Any] = field(default_factory=dict)
     """The DESIGN §3.2 `analysis` fields, as `replay` prints them."""
     roles: Mapping[Role, tuple[float, float]] | None = None

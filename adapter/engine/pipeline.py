@@ -1,6 +1,7 @@
 """The pure decision pipeline: `decide(snapshot, state, config, now_s) -> (CycleResult, EngineState)`.
 
-    per model:   configuration ─► analyzer (V1 ±1 | V2 tokens) ─► capacity signal, or "no signal" with a reason
+    per model:   configuration ─► the analyzer it selects (adapter/analyzers/registry.py) ─► capacity signal,
+                 or "no signal" with a reason
     all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools
     per model:   enforcer (scale-to-zero / minimum one) ─► retention protection ─► bounds ─► decision + status
                  (no signal: the seed-002 fallback hierarchy instead)
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from adapter.analyzers.tokens import TokenMemory
+from adapter.analyzers import registry
 from adapter.config.engine import EngineConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal
@@ -25,17 +26,11 @@ from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, Mod
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
 from adapter.engine import recommend
-from adapter.engine.analyze import LEARNED_SECTION, ModelPlan, measure_model
+from adapter.engine.analyze import ModelPlan, measure_model
 from adapter.engine.enforce import ModelOutcome, alloc_for, failsafe, finish, outcome_of
 from adapter.engine.state import EngineState
 from adapter.optimizer.allocate import AllocationPolicy, ModelAllocation, allocate
 from adapter.optimizer.limiter import GpuUse, gpu_pools
-
-IMPLEMENTED_ANALYZERS: frozenset[AnalyzerName] = frozenset(
-    {AnalyzerName.SATURATION_PERCENTAGE, AnalyzerName.SATURATION_TOKEN, AnalyzerName.QUEUEING_MODEL}
-)
-"""Analyzers this engine decides with; a configuration selecting another is reported, never silently replaced.
-Callers that choose an analyzer up front (`simulate --policy`) refuse the ones missing here."""
 
 MAX_ERROR_CHARS = 200
 
@@ -49,10 +44,9 @@ def decide(
 
     # 1. measure: one plan per model
     plans: dict[ModelKey, ModelPlan] = {}
-    token_updates: list[TokenMemory] = []
     for model, views in sorted(models.items()):
         try:
-            plans[model], update = measure_model(
+            plans[model] = measure_model(
                 model,
                 views,
                 snapshot=snapshot,
@@ -61,7 +55,6 @@ def decide(
                 config=config,
                 now_s=now_s,
             )
-            token_updates.append(update)
         except Exception as exc:  # a bug for one model must not stop the others (issue 10)
             errors[model] = _describe(exc)
 
@@ -71,13 +64,12 @@ def decide(
 
     # 2. allocate: every model's signal at once
     signals = [s for s in floored.values() if s is not None]
-    allocations = _allocate(signals, plans, snapshot, config)
+    allocations = _allocate(signals, snapshot, config)
 
     # 3. enforce and finish, per model
     decisions: dict[VariantKey, VariantDecision] = {}
     analyses: dict[ModelKey, ModelAnalysis] = {}
     new_allocations: dict[VariantKey, DesiredAlloc] = {}
-    not_reporting = {}
     warnings: list[str] = []
     for model, views in sorted(models.items()):
         plan = plans.get(model)
@@ -97,7 +89,6 @@ def decide(
                 for view in views
             ]
             warnings.extend(plan.config_warnings)
-            not_reporting.update({VariantKey(model.namespace, name): seen for name, seen in plan.not_reporting.items()})
         except Exception as exc:
             errors[model] = errors.get(model) or _describe(exc)
             outcome, finished = _failed(views, state, errors[model], now_s)
@@ -114,13 +105,10 @@ def decide(
             decisions[decision.key] = replace(decision, recommendation=recommended.recommendations.get(decision.key))
             new_allocations[decision.key] = alloc
 
-    queueing = {k: v for k, v in state.queueing.items() if k in decisions}
     learned: dict[VariantKey, dict[str, Any]] = {k: dict(v) for k, v in recommended.learned.items()}
     for model, plan in plans.items():
-        for name, filter_state in plan.learned.items():
-            key = VariantKey(model.namespace, name)
-            queueing[key] = filter_state
-            learned.setdefault(key, {})[LEARNED_SECTION] = filter_state.to_json()
+        for name, sections in (plan.result.learned if plan.result is not None else {}).items():
+            learned.setdefault(VariantKey(model.namespace, name), {}).update(sections)
     result = CycleResult(
         now_s,
         decisions,
@@ -132,8 +120,25 @@ def decide(
         dict(recommended.recommendations),
     )
     histories = {k: h for k, h in recommended.histories.items() if k in decisions}
-    tokens = state.tokens.updated(token_updates, now_s)
-    return result, EngineState(new_allocations, not_reporting, tokens, queueing, histories)
+    return result, EngineState(new_allocations, _memories(plans, state, set(decisions), now_s), histories)
+
+
+def _memories(
+    plans: Mapping[ModelKey, ModelPlan], state: EngineState, decided: set[VariantKey], now_s: float
+) -> dict[AnalyzerName, Any]:
+    """Every analyzer's memory for the next cycle: its `Memory.next` over the updates of the models it analysed
+    (each analyzer's memory moves every cycle, e.g. to expire old entries); empty memories are not kept."""
+    out: dict[AnalyzerName, Any] = {}
+    for analyzer in registry.ANALYZERS:
+        updates = [
+            p.result.memory
+            for p in plans.values()
+            if p.analyzer.name is analyzer.name and p.result is not None and p.result.memory is not None
+        ]
+        memory = analyzer.memory.next(state.memory(analyzer), updates, decided=decided, now_s=now_s)
+        if memory != analyzer.memory.empty():
+            out[analyzer.name] = memory
+    return out
 
 
 class _Failed(Exception):
@@ -164,17 +169,15 @@ def _failed(
 
 
 def _allocate(
-    signals: list[CapacitySignal], plans: dict[ModelKey, ModelPlan], snapshot: Snapshot, config: EngineConfig
+    signals: list[CapacitySignal], snapshot: Snapshot, config: EngineConfig
 ) -> dict[ModelKey, ModelAllocation]:
     mode = config.configmaps.allocation()
     uses = _gpu_uses(snapshot)
-    spare_kv = {m: p.v1_plan.analysis.avg_spare_kv for m, p in plans.items() if p.v1_plan is not None}
     return allocate(
         signals,
         policy=AllocationPolicy(limiter=mode.enable_limiter, exact=mode.exact),
         pools=gpu_pools(snapshot.nodes),
         uses=uses,
-        spare_kv=spare_kv,
     )
 
 

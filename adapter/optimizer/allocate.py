@@ -73,11 +73,9 @@ def allocate(
     policy: AllocationPolicy,
     pools: Mapping[str, int],
     uses: Sequence[GpuUse],
-    spare_kv: Mapping[ModelKey, float] | None = None,
 ) -> dict[ModelKey, ModelAllocation]:
     """Targets for every model. `pools`: allocatable GPUs per accelerator; `uses`: GPUs every VA holds now
-    (models without a signal this cycle included). `spare_kv`: the percentage-based analyzer's average spare
-    KV per model, its limiter priority."""
+    (models without a signal this cycle included)."""
     free = limiter.free_gpus(pools, uses) if policy.limiter else None
     out: dict[ModelKey, ModelAllocation] = {}
     ordered = sorted(signals, key=lambda s: s.model)
@@ -85,22 +83,20 @@ def allocate(
     proposals = [s for s in ordered if s.proposal is not None]
     capacity = [s for s in ordered if s.proposal is None]
     if proposals:
-        out.update(_allocate_proposals(proposals, free, spare_kv or {}))
+        out.update(_allocate_proposals(proposals, free))
     if capacity:
         out.update(_allocate_capacity(capacity, policy, free))
     return out
 
 
 def _allocate_proposals(
-    signals: Sequence[CapacitySignal], free: dict[str, int] | None, spare_kv: Mapping[ModelKey, float]
+    signals: Sequence[CapacitySignal], free: dict[str, int] | None
 ) -> dict[ModelKey, ModelAllocation]:
     out: dict[ModelKey, ModelAllocation] = {}
     grants: dict[tuple[str, str, str], limiter.Grant] = {}
     if free is not None:
         items = [
-            limiter.Proposal(
-                (s.model.namespace, s.model.model_id, v.name), v, s.proposal[v.name], spare_kv.get(s.model, 0.0)
-            )
+            limiter.Proposal((s.model.namespace, s.model.model_id, v.name), v, s.proposal[v.name], s.spare_fraction)
             for s in signals
             if s.proposal is not None
             for v in s.variants

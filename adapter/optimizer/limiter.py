@@ -67,8 +67,8 @@ class Proposal:
     """(namespace, model_id, variant), for a deterministic order."""
     variant: VariantSupply
     target: int
-    spare_kv: float
-    """The model's average spare KV fraction: the most saturated model is served first."""
+    spare_fraction: float
+    """The model's spare capacity (`CapacitySignal.spare_fraction`): the most saturated model is served first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +81,10 @@ class Grant:
 def greedy_by_saturation(
     proposals: Sequence[Proposal], gpus_free: MutableMapping[str, int]
 ) -> dict[tuple[str, str, str], Grant]:
-    """Scale-ups in whole replicas from the free GPUs: lowest spare KV first, then cheapest, then key."""
+    """Scale-ups in whole replicas from the free GPUs: lowest spare fraction first, then cheapest, then key."""
     grants: dict[tuple[str, str, str], Grant] = {}
     ups = [p for p in proposals if p.target > p.variant.current_replicas]
-    for p in sorted(ups, key=lambda p: (p.spare_kv, p.variant.cost, p.key)):
+    for p in sorted(ups, key=lambda p: (p.spare_fraction, p.variant.cost, p.key)):
         v = p.variant
         needed = min(p.target, v.max_replicas) - v.current_replicas
         gpr = max(1, v.gpus_per_replica)

@@ -41,9 +41,18 @@ def signal(
     spare: float = 0.0,
     priority: float = 1.0,
     proposal: dict[str, int] | None = None,
+    spare_fraction: float = 0.0,
 ) -> CapacitySignal:
     return CapacitySignal(
-        model, AnalyzerName.SATURATION_TOKEN, CapacityUnit.TOKENS, required, spare, tuple(variants), priority, proposal
+        model,
+        AnalyzerName.SATURATION_TOKEN,
+        CapacityUnit.TOKENS,
+        required,
+        spare,
+        tuple(variants),
+        priority,
+        proposal,
+        spare_fraction,
     )
 
 
@@ -138,15 +147,9 @@ def test_scale_down_is_never_limited() -> None:
 
 def test_v1_proposals_most_saturated_model_first() -> None:
     # two models each propose +1 on a 2-GPU-per-replica variant; 2 free GPUs: the lower spare KV wins.
-    sa = signal(A, supply("a1", cost=1, cap=1, current=1, gpr=2), proposal={"a1": 2})
-    sb = signal(B, supply("b1", cost=1, cap=1, current=1, gpr=2), proposal={"b1": 2})
-    out = allocate(
-        [sa, sb],
-        policy=AllocationPolicy(limiter=True),
-        pools={"A100": 6},
-        uses=uses_of(sa, sb),
-        spare_kv={A: 0.30, B: 0.05},
-    )
+    sa = signal(A, supply("a1", cost=1, cap=1, current=1, gpr=2), proposal={"a1": 2}, spare_fraction=0.30)
+    sb = signal(B, supply("b1", cost=1, cap=1, current=1, gpr=2), proposal={"b1": 2}, spare_fraction=0.05)
+    out = allocate([sa, sb], policy=AllocationPolicy(limiter=True), pools={"A100": 6}, uses=uses_of(sa, sb))
     assert out[B].targets == {"b1": 2}
     assert out[A].targets == {"a1": 1}
     assert out[A].limited["a1"] == "limited: allocated 0 A100 GPUs for +0 of +1 replicas"
