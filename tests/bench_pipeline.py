@@ -22,9 +22,15 @@ from dataclasses import replace
 from typing import Any
 
 from adapter import engine
-from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, QUEUEING_CM, SATURATION_CM, ConfigSet
+from adapter.config.configmaps import (
+    DEFAULT_CONTROLLER_NAMESPACE,
+    QUEUEING_CM,
+    SATURATION_CM,
+    AllocationMode,
+    ConfigSet,
+)
 from adapter.config.engine import EngineConfig
-from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, GpuPools, VariantSupply
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import (
@@ -35,8 +41,7 @@ from adapter.domain.snapshot import (
     VariantSpec,
     VariantView,
 )
-from adapter.optimizer.allocate import AllocationPolicy, allocate
-from adapter.optimizer.limiter import GpuUse
+from adapter.optimizer.allocate import allocate
 
 ACCELERATORS = ("A100", "H100", "L4")
 
@@ -44,10 +49,10 @@ ACCELERATORS = ("A100", "H100", "L4")
 # ---- greedy vs MILP ----------------------------------------------------------------------------------------
 
 
-def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], dict[str, int], list[GpuUse]]:
+def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], GpuPools]:
     """2–8 models of 1–4 variants on three pools; each model requires 0.5–4 replicas' worth of capacity."""
     signals: list[CapacitySignal] = []
-    uses: list[GpuUse] = []
+    used = dict.fromkeys(ACCELERATORS, 0)
     for m in range(rng.randint(2, 8)):
         variants = []
         for v in range(rng.randint(1, 4)):
@@ -66,7 +71,7 @@ def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], dict[str,
                     accelerator=accelerator,
                 )
             )
-            uses.append(GpuUse(accelerator, current, gpr))
+            used[accelerator] += current * gpr
         mean_capacity = statistics.mean(v.per_replica_capacity for v in variants)
         signals.append(
             CapacitySignal(
@@ -78,9 +83,8 @@ def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], dict[str,
                 variants=tuple(variants),
             )
         )
-    used = {a: sum(u.current_replicas * u.gpus_per_replica for u in uses if u.accelerator == a) for a in ACCELERATORS}
     pools = {a: used[a] + rng.randint(0, 16) for a in ACCELERATORS}
-    return signals, pools, uses
+    return signals, GpuPools(pools, used)
 
 
 def _cost(signals: list[CapacitySignal], targets: dict[ModelKey, Any]) -> float:
@@ -95,11 +99,11 @@ def bench_allocation(n_fleets: int) -> dict[str, Any]:
     rng = random.Random(20261124)
     rows = []
     for _ in range(n_fleets):
-        signals, pools, uses = generated_fleet(rng)
+        signals, gpus = generated_fleet(rng)
         t0 = time.perf_counter()
-        greedy = allocate(signals, policy=AllocationPolicy(limiter=True), pools=pools, uses=uses)
+        greedy = allocate(signals, mode=AllocationMode(limiter=True), gpus=gpus)
         t1 = time.perf_counter()
-        exact = allocate(signals, policy=AllocationPolicy(limiter=True, exact=True), pools=pools, uses=uses)
+        exact = allocate(signals, mode=AllocationMode(limiter=True, exact=True), gpus=gpus)
         t2 = time.perf_counter()
         rows.append(
             {

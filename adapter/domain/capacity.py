@@ -16,7 +16,7 @@ replica of whichever variant is cheapest per token.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey
-from adapter.domain.snapshot import VariantView
+from adapter.domain.snapshot import NodeGpus, VariantView
 
 
 class Role(StrEnum):
@@ -123,3 +123,40 @@ class NoSignal:
     analyzer: AnalyzerName
     reason: str
     analysis: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPools:
+    """The cluster's GPUs this cycle, per normalised accelerator (one pool per name, whether a node label, a
+    nodeSelector or a VA label spelled it): what the nodes offer, and what the VAs' scale targets hold now.
+    Computed once per cycle; the GPU limiter and the reported pool usage read the same numbers.
+
+        used[pool] = Σ current replicas · GPUs per replica          free[pool] = max(0, allocatable − used)
+
+    A variant whose accelerator is unknown ("") is in no pool."""
+
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    used: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, nodes: Iterable[NodeGpus], variants: Iterable[VariantView]) -> GpuPools:
+        allocatable: dict[str, int] = {}
+        for node in nodes:
+            pool = normalize_accelerator(node.accelerator)
+            if pool:
+                allocatable[pool] = allocatable.get(pool, 0) + max(0, node.allocatable_gpus)
+        used: dict[str, int] = {}
+        for view in variants:
+            pool = normalize_accelerator(view.accelerator)
+            if pool:
+                held = view.target.replicas * max(1, view.target.gpus_per_replica) if view.target else 0
+                used[pool] = used.get(pool, 0) + held
+        return cls(allocatable, used)
+
+    @property
+    def names(self) -> list[str]:
+        """Every pool a node offers or a VA holds, sorted."""
+        return sorted(set(self.allocatable) | set(self.used))
+
+    def free(self) -> dict[str, int]:
+        return {pool: max(0, self.allocatable.get(pool, 0) - self.used.get(pool, 0)) for pool in self.names}

@@ -21,16 +21,15 @@ from typing import Any
 from adapter.analyzers import registry
 from adapter.config.engine import EngineConfig
 from adapter.domain.accelerators import normalize_accelerator
-from adapter.domain.capacity import CapacitySignal
+from adapter.domain.capacity import GpuPools
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
 from adapter.engine import recommend
 from adapter.engine.analyze import ModelPlan, measure_model
-from adapter.engine.enforce import ModelOutcome, alloc_for, failsafe, finish, outcome_of
+from adapter.engine.enforce import ModelOutcome, failsafe, finish, outcome_of
 from adapter.engine.state import EngineState
-from adapter.optimizer.allocate import AllocationPolicy, ModelAllocation, allocate
-from adapter.optimizer.limiter import GpuUse, gpu_pools
+from adapter.optimizer.allocate import allocate
 
 MAX_ERROR_CHARS = 200
 
@@ -62,9 +61,10 @@ def decide(
     recommended = recommend.observe(plans, state.recommender, now_s)
     floored = {m: recommend.with_floor(p, recommended.histories) for m, p in plans.items()}
 
-    # 2. allocate: every model's signal at once
+    # 2. allocate: every model's signal at once, over the GPU pools as they are now
+    gpus = GpuPools.of(snapshot.nodes, snapshot.variants)
     signals = [s for s in floored.values() if s is not None]
-    allocations = _allocate(signals, snapshot, config)
+    allocations = allocate(signals, mode=config.configmaps.allocation(), gpus=gpus)
 
     # 3. enforce and finish, per model
     decisions: dict[VariantKey, VariantDecision] = {}
@@ -115,9 +115,10 @@ def decide(
         analyses,
         tuple(dict.fromkeys(warnings)),
         errors,
-        _pool_usage(snapshot, decisions),
+        _pool_usage(gpus, snapshot, decisions),
         learned,
         dict(recommended.recommendations),
+        new_allocations,
     )
     histories = {k: h for k, h in recommended.histories.items() if k in decisions}
     return result, EngineState(new_allocations, _memories(plans, state, set(decisions), now_s), histories)
@@ -168,43 +169,18 @@ def _failed(
     ]
 
 
-def _allocate(
-    signals: list[CapacitySignal], snapshot: Snapshot, config: EngineConfig
-) -> dict[ModelKey, ModelAllocation]:
-    mode = config.configmaps.allocation()
-    uses = _gpu_uses(snapshot)
-    return allocate(
-        signals,
-        policy=AllocationPolicy(limiter=mode.enable_limiter, exact=mode.exact),
-        pools=gpu_pools(snapshot.nodes),
-        uses=uses,
-    )
-
-
-def _gpu_uses(snapshot: Snapshot) -> list[GpuUse]:
-    return [
-        GpuUse(
-            normalize_accelerator(v.accelerator),
-            v.target.replicas if v.target else 0,
-            max(1, v.target.gpus_per_replica) if v.target else 1,
-        )
-        for v in snapshot.variants
-    ]
-
-
-def _pool_usage(snapshot: Snapshot, decisions: Mapping[VariantKey, VariantDecision]) -> dict[str, GpuPoolUsage]:
-    pools = gpu_pools(snapshot.nodes)
-    used: dict[str, int] = {}
+def _pool_usage(
+    gpus: GpuPools, snapshot: Snapshot, decisions: Mapping[VariantKey, VariantDecision]
+) -> dict[str, GpuPoolUsage]:
+    """Per pool: allocatable and used (this cycle's `GpuPools`), and what the decisions ask for."""
     desired: dict[str, int] = {}
     for v in snapshot.variants:
         accelerator = normalize_accelerator(v.accelerator)
-        if not accelerator:
-            continue
-        gpr = max(1, v.target.gpus_per_replica) if v.target else 1
-        used[accelerator] = used.get(accelerator, 0) + (v.target.replicas if v.target else 0) * gpr
         d = decisions.get(v.key)
-        desired[accelerator] = desired.get(accelerator, 0) + (d.desired_replicas if d else 0) * gpr
-    return {a: GpuPoolUsage(pools.get(a, 0), used.get(a, 0), desired.get(a, 0)) for a in sorted(set(pools) | set(used))}
+        if accelerator and d is not None:
+            gpr = max(1, v.target.gpus_per_replica) if v.target else 1
+            desired[accelerator] = desired.get(accelerator, 0) + d.desired_replicas * gpr
+    return {a: GpuPoolUsage(gpus.allocatable.get(a, 0), gpus.used.get(a, 0), desired.get(a, 0)) for a in gpus.names}
 
 
 def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, VariantStatus]:
@@ -215,7 +191,7 @@ def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, Varian
         prev = previous.get(key, VariantStatus())
         learned = {**prev.learned, **result.learned.get(key, {})}
         out[key] = VariantStatus(
-            desired=alloc_for(decision, prev.desired, result.now_s),
+            desired=result.allocations[key],
             applied=decision.current_replicas == decision.desired_replicas,
             conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s),
             recommendation=result.recommendations.get(key, prev.recommendation),
