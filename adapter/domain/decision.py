@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import Condition, DesiredAlloc, Recommendation
+from adapter.domain.snapshot import Condition, DecisionPath, DesiredAlloc, Recommendation
 
 
 class Action(StrEnum):
@@ -28,15 +28,6 @@ class Action(StrEnum):
         if target < current:
             return cls.SCALE_DOWN
         return cls.NO_CHANGE
-
-
-class DecisionPath(StrEnum):
-    """Which rung of the seed-002 hierarchy produced the decision."""
-
-    OPTIMIZER = "optimizer"
-    FALLBACK = "fallback"
-    LAST_RESORT = "last-resort"
-    SCALE_FROM_ZERO = "scale-from-zero"
 
 
 class AnalyzerName(StrEnum):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from adapter.domain.decision import Action, AnalyzerName, DecisionPath, VariantDecision, reason_family
-from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, ModelTraffic, VariantView
+from adapter.domain.decision import Action, AnalyzerName, VariantDecision, reason_family
+from adapter.domain.snapshot import Condition, ConditionType, DecisionPath, DesiredAlloc, ModelTraffic, VariantView
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import enforce
 from adapter.engine.analyze import ModelPlan, bounds, previous_alloc
@@ -171,6 +171,7 @@ def alloc_for(decision: VariantDecision, previous: DesiredAlloc | None, now_s: f
         last_run_time_s=now_s,
         last_update_s=last_update,
         accelerator=decision.accelerator,
+        path=decision.path,
     )
 
 

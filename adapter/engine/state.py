@@ -20,7 +20,7 @@ from adapter.analyzers.memory import StateFormatError
 from adapter.analyzers.protocol import Analyzer
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import DesiredAlloc
+from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.recommender.recommender import VariantHistory
 
 __all__ = ["EngineState", "StateFormatError", "state_from_json", "state_to_json"]
@@ -47,12 +47,12 @@ class EngineState:
 
 # ---- JSON form (flight recorder fixtures; replay) ----------------------------------------------------------
 #
-# {"allocations": {"ns/va": {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator"}},
+# {"allocations": {"ns/va": {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator", "path"}},
 #  "<each analyzer's Memory.section>": Memory.to_json(...),    (not_reporting, tokens, queueing)
 #  "recommender": {"ns/va": VariantHistory.checkpoint() + {"checkpointed_s"}}}
 # Floats are written with Python's shortest round-trip repr, so a state read back is equal to the one written.
 
-_ALLOCATION_FIELDS = {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator"}
+_ALLOCATION_FIELDS = {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator", "path"}
 
 
 def state_to_json(state: EngineState) -> dict[str, Any]:
@@ -64,6 +64,7 @@ def state_to_json(state: EngineState) -> dict[str, Any]:
                 "last_run_time_s": a.last_run_time_s,
                 "last_update_s": a.last_update_s,
                 "accelerator": a.accelerator,
+                "path": str(a.path),
             }
             for k, a in sorted(state.allocations.items())
         }
@@ -92,6 +93,7 @@ def state_from_json(doc: Any, path: str = "$") -> EngineState:
             if entry.get("last_update_s") is None
             else state_json.number(entry, "last_update_s", where),
             accelerator=state_json.text(entry, "accelerator", where),
+            path=_path(entry, where),
         )
     memories = {
         analyzer.name: memory
@@ -112,3 +114,11 @@ def state_from_json(doc: Any, path: str = "$") -> EngineState:
             restored, checkpointed_s=None if checkpointed is None else state_json.number(entry, "checkpointed_s", where)
         )
     return EngineState(allocations, memories, recommender)
+
+
+def _path(entry: dict[str, Any], where: str) -> DecisionPath:
+    """A recorded allocation's path; absent (recorded before paths were) reads as unknown."""
+    try:
+        return DecisionPath(entry.get("path", DecisionPath.UNKNOWN))
+    except ValueError:
+        raise StateFormatError(f"{where}.path", f"must be one of {', '.join(DecisionPath)}") from None

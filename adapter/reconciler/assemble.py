@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from adapter.config.configmaps import ConfigSet
 from adapter.domain.cluster import ClusterView, Collection, ModelQuery
-from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
+from adapter.domain.decision import AnalyzerName, VariantDecision
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import ConditionType, Snapshot
 
@@ -47,7 +47,7 @@ def decisions_from_status(view: ClusterView) -> dict[VariantKey, VariantDecision
             desired_replicas=desired.num_replicas,
             current_replicas=v.target.replicas if v.target else 0,
             reason=desired.reason,
-            path=_path_of(desired.reason),
+            path=desired.path,
             analyzer=AnalyzerName.NONE,
             accelerator=v.accelerator,
             cost=v.spec.cost,
@@ -56,13 +56,3 @@ def decisions_from_status(view: ClusterView) -> dict[VariantKey, VariantDecision
             recommendation=v.status.recommendation,
         )
     return out
-
-
-def _path_of(reason: str) -> DecisionPath:
-    if reason.startswith("Fallback:"):
-        return DecisionPath.FALLBACK
-    if reason.startswith("Last resort:"):
-        return DecisionPath.LAST_RESORT
-    if reason.startswith("scalefromzero"):
-        return DecisionPath.SCALE_FROM_ZERO
-    return DecisionPath.OPTIMIZER

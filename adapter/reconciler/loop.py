@@ -24,10 +24,10 @@ from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.config.safeload import rejection_reason
 from adapter.domain.cluster import ClusterView, Collection
-from adapter.domain.decision import AnalyzerName, CycleResult, DecisionPath, VariantDecision
+from adapter.domain.decision import AnalyzerName, CycleResult, VariantDecision
 from adapter.domain.errors import AdapterError
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, VariantStatus
+from adapter.domain.snapshot import Condition, ConditionType, DecisionPath, DesiredAlloc, VariantStatus
 from adapter.enforcer.scale_from_zero import is_idle, wake
 from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries
 from adapter.reconciler.ports import (
@@ -275,7 +275,7 @@ class Reconciler:
             metrics_available=False,
         )
         self._store.upsert([decision], now_s=now_s)
-        alloc = DesiredAlloc(1, reason, now_s, now_s, v.accelerator)
+        alloc = DesiredAlloc(1, reason, now_s, now_s, v.accelerator, DecisionPath.SCALE_FROM_ZERO)
         self._state = replace(self._state, allocations={**self._state.allocations, key: alloc})
         status = replace(v.status, desired=alloc, applied=False)
         try:

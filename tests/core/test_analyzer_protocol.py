@@ -20,9 +20,9 @@ from adapter.analyzers import memory as state_json
 from adapter.analyzers import registry
 from adapter.analyzers.protocol import Analysis, Analyzer, CapacityWording, ModelInput
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, supply_of
-from adapter.domain.decision import AnalyzerName, DecisionPath
+from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import ConditionType, PodMetrics
+from adapter.domain.snapshot import ConditionType, DecisionPath, PodMetrics
 from adapter.engine.state import StateFormatError, state_from_json, state_to_json
 
 from .builders import T0, Fleet, condition, key, spec

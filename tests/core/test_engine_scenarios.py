@@ -12,8 +12,8 @@ import math
 import pytest
 
 from adapter.config.engine import EngineConfig
-from adapter.domain.decision import AnalyzerName, DecisionPath
-from adapter.domain.snapshot import ConditionType
+from adapter.domain.decision import AnalyzerName
+from adapter.domain.snapshot import ConditionType, DecisionPath
 from adapter.enforcer.fallback import FALLBACK_PRESERVE_REASON
 
 from .builders import (

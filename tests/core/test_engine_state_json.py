@@ -15,7 +15,7 @@ from adapter.analyzers.queueing import ekf
 from adapter.analyzers.saturation import NotReportingSince
 from adapter.analyzers.tokens import CapacityRecord, K2History, TokenMemory
 from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import DesiredAlloc
+from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.engine.state import EngineState, StateFormatError, state_from_json, state_to_json
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
@@ -28,6 +28,7 @@ allocs = st.builds(
     last_run_time_s=times,
     last_update_s=st.none() | times,
     accelerator=st.sampled_from(["", "A100", "L4"]),
+    path=st.sampled_from(list(DecisionPath)),
 )
 positive = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False, allow_infinity=False)
 filters = st.builds(
@@ -110,6 +111,16 @@ BASE: dict[str, Any] = {
             id="bool-is-not-int",
         ),
         pytest.param(
+            {"allocations": {"llm/a": {**BASE["allocations"]["llm/a"], "path": "sideways"}}},
+            "$.allocations['llm/a'].path",
+            id="unknown-path",
+        ),
+        pytest.param(
+            {"queueing": {"llm/a": {"alpha_ms": -1}}},
+            "$.queueing['llm/a']",
+            id="bad-filter-state",
+        ),
+        pytest.param(
             {"tokens": {"k2_history": {"m|A100|short": {"samples_tokens": [1, -2], "updated_s": 0}}}},
             "$.tokens.k2_history['m|A100|short'].samples_tokens",
             id="negative-sample",
@@ -124,3 +135,8 @@ def test_invalid_documents_name_their_path(doc: Any, path: str) -> None:
 
 def test_empty_document_is_the_empty_state() -> None:
     assert state_from_json({}) == EngineState()
+
+
+def test_an_allocation_recorded_before_paths_were_reads_as_unknown() -> None:
+    state = state_from_json(BASE)
+    assert state.allocations[VariantKey("llm", "a")].path is DecisionPath.UNKNOWN
