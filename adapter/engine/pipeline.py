@@ -184,7 +184,7 @@ def _pool_usage(
 
 
 def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, VariantStatus]:
-    """The VA statuses a cycle implies (what the leader writes), keyed by VA."""
+    """The VA statuses a cycle (or a scale-from-zero poll) implies (what the leader writes), keyed by VA."""
     previous = {v.key: v.status for v in snapshot.variants}
     out: dict[VariantKey, VariantStatus] = {}
     for key, decision in result.decisions.items():
@@ -193,7 +193,10 @@ def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, Varian
         out[key] = VariantStatus(
             desired=result.allocations[key],
             applied=decision.current_replicas == decision.desired_replicas,
-            conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s),
+            # a decision that states no conditions (a scale-from-zero wake) leaves the VA's as they are
+            conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s)
+            if decision.conditions
+            else prev.conditions,
             recommendation=result.recommendations.get(key, prev.recommendation),
             learned=learned,
         )
