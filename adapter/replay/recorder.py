@@ -242,7 +242,8 @@ class FlightRecorder:
         state_before: EngineState,
         configmaps: Iterable[tuple[str, str, Mapping[str, str]]],
     ) -> None:
-        """Queue one cycle for writing and return at once (never raises)."""
+        """Queue one cycle for writing and return at once (never raises). Without a running event loop (a virtual
+        clock, a test) the file is written before this returns."""
         try:
             doc = build_fixture(
                 snapshot,
@@ -274,28 +275,6 @@ class FlightRecorder:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
-
-    def write_now(
-        self,
-        snapshot: Snapshot,
-        result: CycleResult,
-        *,
-        state_before: EngineState,
-        configmaps: Iterable[tuple[str, str, Mapping[str, str]]],
-    ) -> None:
-        """Synchronous `record` (the demo and tests on a virtual clock)."""
-        doc = build_fixture(
-            snapshot,
-            result,
-            state_before=state_before,
-            configmaps=list(configmaps),
-            controller_namespace=self.controller_namespace,
-            scale_to_zero_env=self.scale_to_zero_env,
-        )
-        payload = json.dumps(doc, indent=1, allow_nan=False).encode()
-        with self._busy:
-            self._seq += 1
-            self._write(f"{FILE_PREFIX}{int(result.now_s * 1000):015d}-{self._seq:06d}.json", payload)
 
     def _write_locked(self, name: str, payload: bytes) -> None:
         try:

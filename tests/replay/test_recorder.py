@@ -123,9 +123,7 @@ def test_ring_stays_within_its_bound_oldest_first(tmp_path: Path) -> None:
     size = len(json.dumps(build_fixture(snapshot, result, state_before=engine.EngineState(), configmaps=()), indent=1))
     recorder = FlightRecorder(tmp_path, max_bytes=int(size * 3.5))
     for i in range(10):
-        recorder.write_now(
-            snapshot, replace(result, now_s=START_S + i), state_before=engine.EngineState(), configmaps=()
-        )
+        recorder.record(snapshot, replace(result, now_s=START_S + i), state_before=engine.EngineState(), configmaps=())
     files = sorted(tmp_path.glob("cycle-*.json"))
     assert len(files) == 3  # 3 files fit in 3.5 sizes
     assert sum(p.stat().st_size for p in files) <= recorder.max_bytes
@@ -136,7 +134,7 @@ def test_ring_stays_within_its_bound_oldest_first(tmp_path: Path) -> None:
 def test_files_appear_whole(tmp_path: Path) -> None:
     snapshot, result, _ = _one_cycle_doc()
     recorder = FlightRecorder(tmp_path)
-    recorder.write_now(snapshot, result, state_before=engine.EngineState(), configmaps=())
+    recorder.record(snapshot, result, state_before=engine.EngineState(), configmaps=())
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
     (path,) = tmp_path.glob("cycle-*.json")
     assert json.loads(path.read_text())["schema"] == "wva-replay/v1"
@@ -148,8 +146,8 @@ def test_unwritable_path_counts_an_error_and_never_raises(tmp_path: Path) -> Non
     snapshot, result, _ = _one_cycle_doc()
     seen: list[str] = []
     recorder = FlightRecorder(blocker / "ring", on_error=seen.append)
-    recorder.write_now(snapshot, result, state_before=engine.EngineState(), configmaps=())
-    recorder.write_now(snapshot, result, state_before=engine.EngineState(), configmaps=())
+    recorder.record(snapshot, result, state_before=engine.EngineState(), configmaps=())
+    recorder.record(snapshot, result, state_before=engine.EngineState(), configmaps=())
     assert recorder.stats.written == 0
     assert sum(recorder.stats.errors.values()) == 2
     assert seen == ["io", "io"]
