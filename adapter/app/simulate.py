@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from adapter.domain.cluster import Collection, ModelQuery
+from adapter.domain.errors import ConfigError
 from adapter.metrics.collector import assemble
 from adapter.metrics.queries import ALL_QUERIES, Query, QueryName, QueryWindows, build_queries
 from adapter.sim import scenario as scenario_module
 from adapter.sim.metricspath import SeriesStore
-from adapter.sim.plot import plot
 from adapter.sim.simulate import Clock, Simulation, progress_bar, simulate
+
+PLOT_EXTRA_HINT = "pip install 'wva-adapter[sim]'"
 
 
 def query_window_s(query: Query, windows: QueryWindows) -> float:
@@ -82,13 +84,27 @@ def main(
     scenario_path: Path, *, policy: str | None, out_dir: Path | None, seed: int | None, stdout: TextIO = sys.stdout
 ) -> int:
     """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2)."""
+    plot = plotter() if out_dir is not None else None  # before minutes of simulation, not after
     scenario = scenario_module.load(scenario_path)
     sim = run_scenario(scenario, policy=policy, seed=seed, show_progress=sys.stderr)
-    if out_dir is not None:
+    if plot is not None and out_dir is not None:
         png = plot(sim, out_dir / f"{_file_safe(scenario.name)}-{sim.policy}.png")
         sim.summary["plot"] = str(png)
     print(json.dumps(sim.summary, indent=2), file=stdout)
     return 0
+
+
+def plotter() -> Callable[[Simulation, Path], Path]:
+    """`adapter.sim.plot.plot`, or a ConfigError saying how to get it: matplotlib is the optional `sim` extra
+    (the serving image does not carry it)."""
+    try:
+        from adapter.sim.plot import plot
+    except ImportError as exc:
+        raise ConfigError(
+            f"--out: the plot needs matplotlib, which is not installed ({exc.name or exc}); "
+            f"install it with {PLOT_EXTRA_HINT}, or leave out --out for the summary alone"
+        ) from None
+    return plot
 
 
 def _file_safe(name: str) -> str:
