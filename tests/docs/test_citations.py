@@ -162,7 +162,7 @@ def citations() -> Iterator[Citation | tuple[str, int, str]]:
 
 def _module_qualified(token: str) -> bool:
     """A dotted name whose first part is the adapter or one of its modules (and is not known to be prose)."""
-    first = token.split(".")[0]
+    first = token.split(".", maxsplit=1)[0]
     if not DOTTED.match(token) or token in NOT_CODE_TOKENS or first in NOT_CODE:
         return False
     return first == "adapter" or first in by_basename()
