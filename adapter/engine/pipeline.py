@@ -5,6 +5,8 @@
     all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools
     per model:   enforcer (scale-to-zero / minimum one) ─► retention protection ─► bounds ─► decision + status
                  (no signal: the seed-002 fallback hierarchy instead)
+    then:        each analyzer's memory for the next cycle (its `Memory.next` over the models it analysed), the
+                 `status.learned` sections the analyses return, the recommender's histories
 
 Models are decided in isolation: an exception while deciding one model (a bug) holds that model at its
 previous allocation with the error in its reason and condition, and the others are decided as usual. The
