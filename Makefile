@@ -15,7 +15,7 @@ install: $(STAMP) $(PB_STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,sim]'
 	touch $(STAMP)
 
 # gRPC stubs are generated from proto/externalscaler.proto, never hand-written or committed.

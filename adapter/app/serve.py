@@ -262,7 +262,7 @@ def _collector(settings: Settings) -> PrometheusCollector:
         insecure_skip_verify=settings.prometheus_insecure_skip_verify,
         client_cert=_client_cert(settings),
         # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
-        # rates and latencies. V1-only collection (SATURATION_V1_QUERIES) costs half at 1,000 VAs
+        # rates and latencies. V1-only collection (kv, queue, EPP, request count) costs half at 1,000 VAs
         # (tests/bench_collect.py) but would starve the other analyzers.
         metrics=ALL_QUERIES,
         windows=QueryWindows(saturation_s=settings.saturation_window_s),

@@ -33,7 +33,7 @@ from adapter.config.settings import load
 from adapter.config.va import GROUP, KIND, PLURAL, SCALE_TARGET_KINDS, VERSION, ScaleTargetRef, VASpec, parse_va
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import ModelKey
-from adapter.domain.snapshot import ConditionType
+from adapter.domain.snapshot import ConditionType, DecisionPath
 from tests.manifests.rbac import (
     EXPECTED_ADAPTER_RULES,
     EXPECTED_HPA_READER_RULES,
@@ -373,8 +373,11 @@ def test_crd_spec_and_status_shape() -> None:
         "lastRunTime",
         "lastUpdate",
         "reason",
+        "path",
         "accelerator",
     }
+    path_values = set(status["desiredOptimizedAlloc"]["properties"]["path"]["enum"])
+    assert path_values == {str(p) for p in DecisionPath} - {"unknown"}, "every path the engine persists"
     assert status["actuation"]["properties"] == {"applied": {"type": "boolean"}}
     conditions = status["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map"

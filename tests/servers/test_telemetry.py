@@ -11,8 +11,9 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from adapter.domain.decision import DecisionPath, VariantDecision
+from adapter.domain.decision import VariantDecision
 from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import DecisionPath
 from adapter.servers.telemetry import HttpServer, Telemetry, build_telemetry_app, start_http_server
 from adapter.store.decisions import DecisionStore
 
