@@ -218,7 +218,7 @@ class QueueingConfig:
     target_ttft_ms: float = 0.0
     target_itl_ms: float = 0.0
     slo_attainment_target: float = 0.99
-    forecast_quantile: float = 0.9
+    forecast_quantile: float = 0.75
     startup_time_s: float = 300.0
     backlog_drain_time_s: float = 60.0
     itl_spread: float = 0.25

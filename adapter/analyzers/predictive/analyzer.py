@@ -10,7 +10,7 @@ Per model, each cycle (read from the top):
                         model, so switching analyzers keeps what was learned)
       measure
         1. workload.observe   Σλ (arrival rate of the busy pods) and the arrival-weighted request size
-        2. ekf.learn          each variant's filter, one observation per busy pod (as the queueing model)
+        2. ekf.learn          each variant without a profile: its filter takes one observation per busy pod
         3. backlog            B = Σ waiting requests of the pods + the EPP queue
         4. forecast           the forecaster takes Σλ; its peak over [now, now + lead] (forecast.py), lead = the
                               largest p90 startup of the model's variants (learned from their pods, else
@@ -18,9 +18,9 @@ Per model, each cycle (read from the top):
         5. demand             D = max(Σλ, forecast peak) + B / backlogDrainTime                     (req/s)
         6. headroom           the controller (attainment.py) compares the attainment the latency histograms show
                               with `sloAttainmentTarget` and moves H
-        7. capacity           per variant c_v = λ*(tightened targets) / H (capacity.py), with its learned
-                              parameters, else its accelerator's profile (`acceleratorProfiles`), else unknown
-                              (a zero-capacity placeholder: never chosen)
+        7. capacity           per variant c_v = λ*(tightened targets) / H (capacity.py), with its accelerator's
+                              profile (`acceleratorProfiles`), else its learned parameters, else unknown (a
+                              zero-capacity placeholder: never chosen)
         8. signal             supply = Σ ready_v·c_v, anticipated = Σ current_v·c_v
                               required = max(0, D − anticipated)
                               spare    = max(0, supply − D·(1 + SPARE_MARGIN))
@@ -314,126 +314,84 @@ def _measure(
     filters: Mapping[str, ekf.FilterState],
     now_s: float,
 ) -> _Cycle:
+    """Steps 1–8 of the module docstring for one model."""
     views = model.views
     observed = observe(views, model.pods)
     learned, notes = _learn(views, observed, filters, cfg=cfg, now_s=now_s)
-    load = observed.model
-    size = _size(load.input_tokens, load.output_tokens, state)
+    size = _size(observed.model.input_tokens, observed.model.output_tokens, state)
     startup = _startup_samples(views, state)
     leads = {v.key.name: _lead_s(startup.get(v.key.name, ()), cfg) for v in views}
-    lead_s = max(leads.values(), default=cfg.startup_time_s)
-
-    # demand: arrivals, their forecast over a startup, and the backlog to drain
-    arrival = load.total_arrival_rps
-    backlog = _backlog(model)
-    forecaster = state.forecaster.observe(now_s, arrival)
-    forecast = forecaster.peak(now_s, lead_s)
-    backlog_rps = backlog / cfg.backlog_drain_time_s
-    demand = max(arrival, forecast.peak_rps) + backlog_rps
-
+    demand = _demand(model, observed, state.forecaster, cfg, lead_s=max(leads.values(), default=0.0), now_s=now_s)
     params = {v.key.name: _params(v, learned, cfg) for v in views}
-    slo = resolve_slo(cfg, [p for p, _ in params.values() if p is not None], load)
+    slo = resolve_slo(cfg, [p for p, _ in params.values() if p is not None], observed.model)
     ready = {v.key.name: (v.target.ready_replicas if v.target else 0) for v in views}
-    base_state = replace(
+    ready_before = state.ready
+    state = replace(
         state,
-        forecaster=forecaster,
+        forecaster=demand.forecaster,
         input_tokens=size.input_tokens if size else state.input_tokens,
         output_tokens=size.output_tokens if size else state.output_tokens,
         ready=ready,
         startup_s=startup,
         saved_s=now_s,
     )
-    demand_figures = {
-        "arrival_rps": round(arrival, 6),
-        "backlog": round(backlog, 3),
-        "backlog_rps": round(backlog_rps, 6),
-        "forecast": forecast.as_dict(),
-        "lead_s": round(lead_s, 3),
-        "demand_rps": round(demand, 6),
-    }
     if slo is None:
         reason = "no SLO targets: none configured, no learned parameters and no observed TTFT/ITL"
-        return _Cycle(base_state, learned, None, {"demand": demand_figures}, reason, tuple(notes))
+        return _Cycle(state, learned, None, {"demand": demand.figures}, reason, tuple(notes))
     if size is None:
         reason = "no request size known yet (no busy pod has reported avg input/output tokens)"
-        return _Cycle(base_state, learned, None, {"slo": slo.to_json(), "demand": demand_figures}, reason, tuple(notes))
-
-    # headroom: close the loop on the attainment delivered
+        return _Cycle(state, learned, None, {"slo": slo.to_json(), "demand": demand.figures}, reason, tuple(notes))
+    at_slo = {
+        v.key.name: _at_slo(params[v.key.name][0], slo, size, observed.variants[v.key.name].max_batch, cfg)
+        for v in views
+    }
     measured, completions = _attainment(model.traffic, slo)
-    at_max = all((v.target.replicas if v.target else 0) >= v.spec.max_replicas for v in views if params[v.key.name][0])
     controller = state.controller.update(
         target=cfg.slo_attainment_target,
         measured=measured,
         completions=completions,
         window_s=_window_s(model.traffic),
         in_flight=any(v.target is not None and v.target.pending_replicas > 0 for v in views),
-        at_max=at_max,
-        capacity_changed=ready != dict(state.ready),
+        at_max=all(
+            (v.target.replicas if v.target else 0) >= v.spec.max_replicas for v in views if at_slo[v.key.name] > 0
+        ),
+        capacity_change=_change(ready, ready_before),
+        load=_load(demand.arrival, ready, at_slo, state.controller.headroom),
         now_s=now_s,
     )
-    headroom = controller.headroom
-
-    variants: list[VariantSupply] = []
-    per_variant: dict[str, dict[str, Any]] = {}
-    advice: list[str] = []
-    for view in views:
-        name = view.key.name
-        p, source = params[name]
-        own = observed.variants[name]
-        at_slo = 0.0
-        if p is not None:
-            targets = tightened(
-                Targets(slo.target_ttft_ms, slo.target_itl_ms),
-                p,
-                size,
-                attainment=cfg.slo_attainment_target,
-                itl_cv=cfg.itl_spread,
-            )
-            at_slo = per_replica_rps(p, size, own.max_batch, targets)
-            if at_slo <= 0:
-                notes.append(f"{name}: cannot meet the SLO at any rate with its parameters (capacity 0)")
-            chunk = view.target.vllm.effective_max_batched_tokens if view.target is not None else 0
-            tip = chunk_advice(p, chunk, slo.target_itl_ms)
-            if tip:
-                advice.append(f"{name}: {tip}")
-        else:
-            notes.append(f"{name}: no learned parameters and no profile for {view.accelerator or 'its accelerator'}")
-        capacity = at_slo / headroom if headroom > 0 else 0.0
-        variants.append(supply_of(view, per_replica_capacity=capacity, demand=own.arrival_rps))
-        per_variant[name] = {
-            "alpha": round(p.alpha_ms, 6) if p else None,
-            "beta": round(p.beta_ms, 8) if p else None,
-            "gamma": round(p.gamma_ms, 10) if p else None,
-            "params_source": source,
-            "max_rps_per_replica": round(at_slo, 6),
-            "capacity_rps": round(capacity, 6),
-            "total_arrival_rps": round(own.arrival_rps, 6),
-            "startup_p90_s": round(leads[name], 3),
-        }
-    state_after = replace(base_state, controller=controller)
-    headroom_figures = {
-        "value": round(headroom, 4),
-        "measured_attainment": None if measured is None else round(measured, 6),
-        "completions_in_window": round(completions, 1),
-        "target": cfg.slo_attainment_target,
-        "hold": controller.hold,
-    }
+    state = replace(state, controller=controller)
+    variants, per_variant, advice = _supply(
+        model,
+        observed,
+        params=params,
+        at_slo=at_slo,
+        slo=slo,
+        headroom=controller.headroom,
+        leads=leads,
+        notes=notes,
+    )
     figures: dict[str, Any] = {
         "slo": slo.to_json(),
-        "demand": demand_figures,
-        "headroom": headroom_figures,
+        "demand": demand.figures,
+        "headroom": {
+            "value": round(controller.headroom, 4),
+            "measured_attainment": None if controller.last_measured is None else round(controller.last_measured, 6),
+            "completions_in_window": round(completions, 1),
+            "target": cfg.slo_attainment_target,
+            "hold": controller.hold,
+        },
         "variants": per_variant,
         "advice": advice,
     }
     if not any(v.per_replica_capacity > 0 for v in variants):
         reason = "no variant's capacity at the SLO is known: " + "; ".join(notes[:3])
-        return _Cycle(state_after, learned, None, figures, reason[:400], tuple(notes))
+        return _Cycle(state, learned, None, figures, reason[:400], tuple(notes))
     supply = sum(v.ready_replicas * v.per_replica_capacity for v in variants)
     anticipated = sum(v.current_replicas * v.per_replica_capacity for v in variants)
-    required = max(0.0, demand - anticipated)
-    spare = max(0.0, supply - demand * (1.0 + SPARE_MARGIN))
+    required = max(0.0, demand.demand_rps - anticipated)
+    spare = max(0.0, supply - demand.demand_rps * (1.0 + SPARE_MARGIN))
     figures |= {
-        "total_arrival_rps": round(arrival, 6),
+        "total_arrival_rps": round(demand.arrival, 6),
         "total_supply_rps": round(supply, 6),
         "required_capacity": round(required, 6),
         "spare_capacity": round(spare, 6),
@@ -450,7 +408,118 @@ def _measure(
         notes=(*notes, *advice),
     )
     advice_text = f"advice: {advice[0]}" if advice else ""
-    return _Cycle(state_after, learned, signal, figures, notes=(), advice=advice_text[:300])
+    return _Cycle(state, learned, signal, figures, notes=(), advice=advice_text[:300])
+
+
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    arrival: float
+    demand_rps: float
+    forecaster: Forecaster
+    figures: Mapping[str, Any]
+
+
+def _demand(
+    model: ModelInput,
+    observed: Observed,
+    forecaster: Forecaster,
+    cfg: QueueingConfig,
+    *,
+    lead_s: float,
+    now_s: float,
+) -> _Demand:
+    """Steps 3–5: arrivals, their forecast over the lead, and the backlog to drain (req/s)."""
+    arrival = observed.model.total_arrival_rps
+    backlog = _backlog(model)
+    forecaster = forecaster.observe(now_s, arrival)
+    forecast = forecaster.peak(now_s, lead_s or cfg.startup_time_s)
+    backlog_rps = backlog / cfg.backlog_drain_time_s
+    demand = max(arrival, forecast.peak_rps) + backlog_rps
+    figures = {
+        "arrival_rps": round(arrival, 6),
+        "backlog": round(backlog, 3),
+        "backlog_rps": round(backlog_rps, 6),
+        "forecast": forecast.as_dict(),
+        "lead_s": round(lead_s or cfg.startup_time_s, 3),
+        "demand_rps": round(demand, 6),
+    }
+    return _Demand(arrival, demand, forecaster, figures)
+
+
+def _load(arrival: float, ready: Mapping[str, int], at_slo: Mapping[str, float], headroom: float) -> float:
+    """Arrivals / the ready replicas' capacity at the current headroom (the controller's anti-windup)."""
+    capacity = sum(ready.get(name, 0) * rate for name, rate in at_slo.items()) / max(headroom, 1e-9)
+    return arrival / capacity if capacity > 0 else math.inf
+
+
+def _supply(
+    model: ModelInput,
+    observed: Observed,
+    *,
+    params: Mapping[str, tuple[ServiceParams | None, str]],
+    at_slo: Mapping[str, float],
+    slo: Slo,
+    headroom: float,
+    leads: Mapping[str, float],
+    notes: list[str],
+) -> tuple[list[VariantSupply], dict[str, dict[str, Any]], list[str]]:
+    """Step 7: each variant's capacity per replica (λ* at the tightened targets ÷ H), its figures, and the
+    prefill-chunk advice; a note per variant whose capacity is unknown."""
+    variants: list[VariantSupply] = []
+    per_variant: dict[str, dict[str, Any]] = {}
+    advice: list[str] = []
+    for view in model.views:
+        name = view.key.name
+        p, source = params[name]
+        rate = at_slo[name]
+        if p is None:
+            notes.append(f"{name}: no learned parameters and no profile for {view.accelerator or 'its accelerator'}")
+        else:
+            if rate <= 0:
+                notes.append(f"{name}: cannot meet the SLO at a useful rate with its parameters (capacity 0)")
+            chunk = view.target.vllm.effective_max_batched_tokens if view.target is not None else 0
+            tip = chunk_advice(p, chunk, slo.target_itl_ms)
+            if tip:
+                advice.append(f"{name}: {tip}")
+        capacity = rate / headroom
+        arrival = observed.variants[name].arrival_rps
+        variants.append(supply_of(view, per_replica_capacity=capacity, demand=arrival))
+        per_variant[name] = {
+            "alpha": round(p.alpha_ms, 6) if p else None,
+            "beta": round(p.beta_ms, 8) if p else None,
+            "gamma": round(p.gamma_ms, 10) if p else None,
+            "params_source": source,
+            "max_rps_per_replica": round(rate, 6),
+            "capacity_rps": round(capacity, 6),
+            "total_arrival_rps": round(arrival, 6),
+            "startup_p90_s": round(leads[name], 3),
+        }
+    return variants, per_variant, advice
+
+
+def _at_slo(params: ServiceParams | None, slo: Slo, size: RequestSize, max_batch: int, cfg: QueueingConfig) -> float:
+    """λ* of one replica at the tail-tightened targets (capacity.py), req/s; 0 when unknown or out of reach."""
+    if params is None:
+        return 0.0
+    targets = tightened(
+        Targets(slo.target_ttft_ms, slo.target_itl_ms),
+        params,
+        size,
+        attainment=cfg.slo_attainment_target,
+        itl_cv=cfg.itl_spread,
+    )
+    return per_replica_rps(params, size, max_batch, targets)
+
+
+def _change(ready: Mapping[str, int], before: Mapping[str, int]) -> int:
+    """+1 when the ready replicas grew since the last cycle (any variant more, none fewer), −1 when they shrank,
+    0 when unchanged; a mix counts by the total."""
+    if not before:
+        return 0
+    delta = sum(ready.values()) - sum(before.get(name, 0) for name in ready)
+    if delta == 0 and dict(ready) != dict(before):
+        return 0
+    return (delta > 0) - (delta < 0)
 
 
 def _learn(
@@ -467,8 +536,8 @@ def _learn(
     for view in views:
         name = view.key.name
         previous = filters.get(name)
-        if not cfg.tuning_enabled:
-            if previous is not None:
+        if not cfg.tuning_enabled or _profile(view, cfg) is not None:
+            if previous is not None:  # nothing to learn: a profile sizes this variant (`_params`)
                 states[name] = previous
             continue
         outcome = ekf.learn(previous, observed.variants[name], now_s=now_s)
@@ -485,14 +554,21 @@ def _learn(
 def _params(
     view: VariantView, learned: Mapping[str, ekf.FilterState], cfg: QueueingConfig
 ) -> tuple[ServiceParams | None, str]:
-    """The variant's (α, β, γ): learned, else its accelerator's profile, else unknown."""
+    """The variant's (α, β, γ): its accelerator's profile when one is configured (the operator's measurement,
+    stable where the filter's estimates swing with bursty traffic), else the filter's, else unknown. Either
+    way the attainment controller corrects what the model gets wrong."""
+    profile = _profile(view, cfg)
+    if profile is not None:
+        return profile, "profile"
     state = learned.get(view.key.name)
     if state is not None:
         return state.params(), "learned"
-    profile = cfg.accelerator_profiles.get(normalize_accelerator(view.accelerator))
-    if profile is not None:
-        return ServiceParams(profile.alpha, profile.beta, profile.gamma), "profile"
     return None, "none"
+
+
+def _profile(view: VariantView, cfg: QueueingConfig) -> ServiceParams | None:
+    profile = cfg.accelerator_profiles.get(normalize_accelerator(view.accelerator))
+    return None if profile is None else ServiceParams(profile.alpha, profile.beta, profile.gamma)
 
 
 def _size(input_tokens: float, output_tokens: float, state: ModelState) -> RequestSize | None:
@@ -542,22 +618,20 @@ def _lead_s(samples: Sequence[float], cfg: QueueingConfig) -> float:
 
 
 def _attainment(traffic: ModelTraffic | None, slo: Slo) -> tuple[float | None, float]:
-    """The share of the window's requests within both targets (lower bound from the two marginals) and the
-    number of completions behind it; (None, 0) without histograms."""
-    latency = getattr(traffic, "latency", None) if traffic is not None else None
-    if latency is None:
+    """The share of the window's requests within both targets (the lower bound from the two marginals,
+    adapter.domain.latency) and the completions behind it; (None, 0) without both histograms."""
+    latency = traffic.latency if traffic is not None else None
+    if latency is None or latency.ttft is None:
         return None, 0.0
-    ttft = latency.ttft.fraction_within(slo.target_ttft_ms / 1000.0) if latency.ttft is not None else None
-    tpot = latency.tpot.fraction_within(slo.target_itl_ms / 1000.0) if latency.tpot is not None else None
-    if ttft is None or tpot is None:
-        return None, 0.0
-    completions = latency.ttft.total_rps * latency.window_s
-    return max(0.0, 1.0 - (1.0 - ttft) - (1.0 - tpot)), completions
+    measured = latency.attainment_lower_bound(
+        ttft_target_s=slo.target_ttft_ms / 1000.0, tpot_target_s=slo.target_itl_ms / 1000.0
+    )
+    return measured, latency.ttft.total_rps * latency.window_s
 
 
 def _window_s(traffic: ModelTraffic | None) -> float:
-    latency = getattr(traffic, "latency", None) if traffic is not None else None
-    return float(latency.window_s) if latency is not None else 300.0
+    latency = traffic.latency if traffic is not None else None
+    return latency.window_s if latency is not None else 300.0
 
 
 def _finite(value: object) -> bool:
