@@ -37,9 +37,7 @@ from adapter.analyzers.predictive.forecast import ForecastConfig, Forecaster, de
 from adapter.sim import scenario as scenario_module
 
 REPO = Path(__file__).resolve().parents[1]
-DEV = {
-    p.stem: p for p in sorted((REPO / "examples/scenarios/dev").glob("*.yaml"))
-}
+DEV = {p.stem: p for p in sorted((REPO / "examples/scenarios/dev").glob("*.yaml"))}
 """Tuning set (`--set dev`): the development scenarios; the benchmark's are the judged set."""
 WORKLOADS = {
     "azure-code": REPO / "examples/scenarios/bench/azure-code.yaml",
