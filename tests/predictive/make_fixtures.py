@@ -66,7 +66,7 @@ def burst_a_lead_ahead() -> dict[str, Any]:
                 "data": {"default": "analyzerName: predictive\n"},
             },
             {"namespace": CONTROLLER_NS, "name": "wva-queueing-model-config", "data": {"default": QUEUEING}},
-        ],  # fmt: skip
+        ],
         "variant_autoscalings": [
             {
                 "apiVersion": "llmd.ai/v1alpha1",

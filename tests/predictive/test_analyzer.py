@@ -79,12 +79,11 @@ class PredictiveFleet(Fleet):
 
 
 def one_variant_fleet(**settings_: object) -> PredictiveFleet:
-    fleet = PredictiveFleet(
+    return PredictiveFleet(
         specs=[spec("a100", accelerator="A100", cost=2.5, max_replicas=20)],
         config=predictive_config({"A100": A100}, **settings_),
         replicas={"a100": 1},
     )
-    return fleet
 
 
 def play(fleet: PredictiveFleet, rates: list[float], *, start: int = 0) -> None:
