@@ -153,17 +153,41 @@ def test_no_slide_while_the_fleet_idles_at_its_minimum() -> None:
     assert c.headroom == 3.0
 
 
+def test_raises_that_buy_no_attainment_stop() -> None:
+    """An unreachable target: each raise leaves attainment at ~60 %. After three raises the controller holds
+    instead of walking to H_MAX; a later surplus clears the record."""
+    c = settled(1.0)
+    heads = []
+    for i in range(12):
+        c = step(c, 0.60 + 0.001 * i, now_s=30.0 * (i + 1))
+        heads.append(c.headroom)
+    assert heads[3] == heads[-1] < H_MAX
+    assert "not what is missing" in c.hold
+    c = step(c, 1.0, now_s=1000.0)
+    assert c.raises == ()
+
+
+def test_raises_that_help_go_on() -> None:
+    c = settled(1.0)
+    for i in range(6):
+        c = step(c, 0.5 + 0.05 * i, now_s=30.0 * (i + 1))
+    assert c.hold == ""
+    assert c.headroom == pytest.approx(math.exp(6 * MAX_STEP_UP))
+
+
 def test_json_round_trip_and_refusals() -> None:
     c = step(settled(2.0), 0.9, now_s=500.0, capacity_change=-1)
     again = Controller.from_json(c.to_json())
     assert again.headroom == pytest.approx(c.headroom)
     assert again.settled_since_s == c.settled_since_s
     assert again.change == c.change == -1
+    assert again.raises == c.raises
     for bad in (
         {"headroom": 100.0},
         {"headroom": True},
         {"headroom": 1.0, "lastMeasured": "x"},
         {"headroom": 1.0, "change": 2},
+        {"headroom": 1.0, "raises": [2.0]},
         [],
     ):
         with pytest.raises(ValueError, match="controller"):

@@ -23,7 +23,9 @@ NaN is not 0 %), and otherwise holds only the move that the state of the fleet c
 * a replica ordered and not ready yet: no move up (what is coming may be enough);
 * ready capacity grew less than a window ago: no move up (the window still holds the shortfall before it);
 * ready capacity shrank less than half a window ago: no move down (the window still holds the surplus before it);
-* every variant at its maximum: no move up (more headroom would buy nothing).
+* every variant at its maximum: no move up (more headroom would buy nothing);
+* the last three moves up gained less than two points of attainment: no move up (the misses are not for want of
+  capacity; an unreachable target would otherwise buy the maximum fleet).
 A move the other way is safe in each case — a window measured with *less* capacity than now that still meets the
 target says the capacity now is more than enough — so a fleet growing with its load still learns it is too big.
 """
@@ -40,6 +42,11 @@ G_DOWN = 2.0
 MAX_STEP_UP = 0.4
 MAX_STEP_DOWN = 0.1
 MIN_REQUESTS = 50.0
+FUTILE_RAISES = 3
+FUTILE_GAIN = 0.02
+"""Three raises of the headroom (each after the capacity it bought was in place) that moved attainment by less
+than two points say the misses are not for want of capacity (a TTFT target below the prefill of the longest
+prompts, say): further raises are held, so an unreachable target does not buy the maximum fleet."""
 MIN_LOAD = 0.7
 """Below this arrival rate / capacity, the fleet is sized by its minimum, by rounding or ahead of a forecast,
 not by the model at full load: that it meets the target says nothing about how much less headroom would do."""
@@ -61,6 +68,8 @@ class Controller:
     """When the model's ready capacity last changed (anti-windup)."""
     change: int = 0
     """The sign of that change: +1 grew, −1 shrank, 0 never changed."""
+    raises: tuple[float, ...] = ()
+    """The attainment measured at each of the last `FUTILE_RAISES` moves up (cleared by a move down)."""
 
     def update(
         self,
@@ -94,13 +103,20 @@ class Controller:
                 return replace(state, hold="short, but capacity grew within the window")
             if at_max:
                 return replace(state, hold="short, but every variant at its maximum")
+            if len(state.raises) >= FUTILE_RAISES and measured - state.raises[0] < FUTILE_GAIN:
+                return replace(
+                    state,
+                    hold=f"short, but the last {FUTILE_RAISES} raises moved attainment only from "
+                    f"{state.raises[0]:.1%} to {measured:.1%}: more capacity is not what is missing",
+                )
         elif error < 0 and load < MIN_LOAD:
             return replace(state, hold=f"over target, but the fleet is not loaded (arrivals {load:.0%} of capacity)")
         elif error < 0 and since < window_s / 2 and state.change < 0:
             return replace(state, hold="over target, but capacity shrank within half a window")
         step = max(-MAX_STEP_DOWN, min(MAX_STEP_UP, (G_UP if error > 0 else G_DOWN) * error))
         headroom = min(H_MAX, max(H_MIN, self.headroom * math.exp(step)))
-        return replace(state, headroom=headroom, hold="")
+        raises = (*state.raises, measured)[-FUTILE_RAISES:] if headroom > self.headroom else ()
+        return replace(state, headroom=headroom, hold="", raises=raises)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +124,7 @@ class Controller:
             "lastMeasured": None if self.last_measured is None else round(self.last_measured, 6),
             "settledSinceS": self.settled_since_s,
             "change": self.change,
+            "raises": [round(x, 6) for x in self.raises],
         }
 
     @classmethod
@@ -126,10 +143,16 @@ class Controller:
         change = data.get("change", 0)
         if change not in (-1, 0, 1) or isinstance(change, bool):
             raise ValueError(f"controller.change: expected -1, 0 or 1, got {change!r}")
+        raises = data.get("raises", [])
+        if not isinstance(raises, list) or not all(
+            not isinstance(x, bool) and isinstance(x, int | float) and 0 <= x <= 1 for x in raises
+        ):
+            raise ValueError(f"controller.raises: expected a list of fractions, got {raises!r}")
         return cls(
             float(headroom),
             None if measured is None else float(measured),
             "",
             None if settled is None else float(settled),
             int(change),
+            tuple(float(x) for x in raises[-FUTILE_RAISES:]),
         )
