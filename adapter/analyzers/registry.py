@@ -21,7 +21,6 @@ from adapter.analyzers.predictive import analyzer as predictive
 from adapter.analyzers.protocol import Analyzer
 from adapter.analyzers.queueing import analyzer as queueing
 from adapter.config.configmaps import ConfigSet, SaturationConfig
-from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey
 
 ANALYZERS: tuple[Analyzer[Any, Any], ...] = (
@@ -31,7 +30,6 @@ ANALYZERS: tuple[Analyzer[Any, Any], ...] = (
     predictive.ANALYZER,
 )
 """In the order their memories appear in the engine state's JSON."""
-BY_NAME: Mapping[AnalyzerName, Analyzer[Any, Any]] = {a.name: a for a in ANALYZERS}
 SELECTED_BY_NAME: Mapping[str, Analyzer[Any, Any]] = {
     "saturation": tokens.ANALYZER,
     "saturation-token-based": tokens.ANALYZER,

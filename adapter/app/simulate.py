@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from adapter.domain.cluster import Collection, ModelQuery
+from adapter.domain.errors import ConfigError
 from adapter.metrics.collector import assemble
 from adapter.metrics.queries import ALL_QUERIES, HISTOGRAM_QUERIES, Query, QueryName, QueryWindows, build_queries
 from adapter.sim import scenario as scenario_module
@@ -25,6 +26,8 @@ from adapter.sim.metricspath import SeriesStore
 from adapter.sim.oracle import OraclePlan
 from adapter.sim.policies import parse_policy
 from adapter.sim.simulate import Clock, RunOptions, Simulation, oracle_bound, progress_bar, simulate
+
+PLOT_EXTRA_HINT = "pip install 'wva-adapter[sim]'"
 
 
 def query_window_s(query: Query, windows: QueryWindows) -> float:
@@ -114,6 +117,7 @@ def main(
     """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2).
     With `frontier` the summary carries `oracle99_cost` (a schedule search; static fleets are not searched
     here, `make bench-sim` does)."""
+    plot = plotter() if out_dir is not None else None  # before minutes of simulation, not after
     scenario = scenario_module.load(scenario_path)
     run_seed = scenario.seed if seed is None else seed
     parse_policy(policy or scenario.policy)  # an unknown policy fails before the frontier's runs
@@ -122,13 +126,24 @@ def main(
         bound = oracle_bound(scenario, run_seed)
         options = RunOptions(bound=bound, frontier=find_frontier(scenario, run_seed, bound=bound, static=False))
     sim = run_scenario(scenario, policy=policy, seed=seed, show_progress=sys.stderr, options=options)
-    if out_dir is not None:
-        from adapter.sim.plot import plot  # matplotlib: loaded only when a plot is asked for
-
+    if plot is not None and out_dir is not None:
         png = plot(sim, out_dir / f"{_file_safe(scenario.name)}-{sim.policy}.png")
         sim.summary["plot"] = str(png)
     print(json.dumps(sim.summary, indent=2), file=stdout)
     return 0
+
+
+def plotter() -> Callable[[Simulation, Path], Path]:
+    """`adapter.sim.plot.plot`, or a ConfigError saying how to get it: matplotlib is the optional `sim` extra
+    (the serving image does not carry it)."""
+    try:
+        from adapter.sim.plot import plot
+    except ImportError as exc:
+        raise ConfigError(
+            f"--out: the plot needs matplotlib, which is not installed ({exc.name or exc}); "
+            f"install it with {PLOT_EXTRA_HINT}, or leave out --out for the summary alone"
+        ) from None
+    return plot
 
 
 def _file_safe(name: str) -> str:

@@ -30,6 +30,15 @@ class Action(StrEnum):
         return cls.NO_CHANGE
 
 
+class CycleKind(StrEnum):
+    """What produced a cycle's decisions."""
+
+    DECIDE = "decide"
+    """A full engine cycle: every VA decided (`engine.decide`)."""
+    SCALE_FROM_ZERO = "scale-from-zero"
+    """A scale-from-zero poll between cycles: only woken VAs (`engine.wake`)."""
+
+
 class AnalyzerName(StrEnum):
     SATURATION_PERCENTAGE = "saturation-percentage-based"
     SATURATION_TOKEN = "saturation-token-based"
@@ -125,3 +134,4 @@ class CycleResult:
     allocations: Mapping[VariantKey, DesiredAlloc] = field(default_factory=dict)
     """Each decision as persisted (`status.desiredOptimizedAlloc`) and remembered (`EngineState.allocations`):
     computed once, so the two never disagree on `lastUpdate`."""
+    kind: CycleKind = CycleKind.DECIDE

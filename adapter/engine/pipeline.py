@@ -5,6 +5,8 @@
     all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools
     per model:   enforcer (scale-to-zero / minimum one) ─► retention protection ─► bounds ─► decision + status
                  (no signal: the seed-002 fallback hierarchy instead)
+    then:        each analyzer's memory for the next cycle (its `Memory.next` over the models it analysed), the
+                 `status.learned` sections the analyses return, the recommender's histories
 
 Models are decided in isolation: an exception while deciding one model (a bug) holds that model at its
 previous allocation with the error in its reason and condition, and the others are decided as usual. The
@@ -184,7 +186,7 @@ def _pool_usage(
 
 
 def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, VariantStatus]:
-    """The VA statuses a cycle implies (what the leader writes), keyed by VA."""
+    """The VA statuses a cycle (or a scale-from-zero poll) implies (what the leader writes), keyed by VA."""
     previous = {v.key: v.status for v in snapshot.variants}
     out: dict[VariantKey, VariantStatus] = {}
     for key, decision in result.decisions.items():
@@ -193,7 +195,10 @@ def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, Varian
         out[key] = VariantStatus(
             desired=result.allocations[key],
             applied=decision.current_replicas == decision.desired_replicas,
-            conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s),
+            # a decision that states no conditions (a scale-from-zero wake) leaves the VA's as they are
+            conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s)
+            if decision.conditions
+            else prev.conditions,
             recommendation=result.recommendations.get(key, prev.recommendation),
             learned=learned,
         )

@@ -129,11 +129,6 @@ ESSENTIAL_QUERIES = frozenset({QueryName.KV_CACHE_USAGE, QueryName.QUEUE_LENGTH}
 ALL_QUERIES = frozenset(QueryName)
 HISTOGRAM_QUERIES = frozenset({QueryName.TTFT_HISTOGRAM, QueryName.TPOT_HISTOGRAM})
 """Model-level latency histograms: what an attainment-aware analyzer reads (`ModelTraffic.latency`)."""
-SATURATION_V1_QUERIES = frozenset(
-    {*ESSENTIAL_QUERIES, QueryName.REQUEST_COUNT, QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES}
-)
-"""What the percentage-based analyzer, the scale-to-zero enforcer and scale-from-zero read. At 1,000 VAs it
-is 2 per-pod answers instead of 10: the collection costs less than half (tests/bench_collect.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,9 +407,9 @@ def build_queries(
     """The queries of one cycle for `models`: one per metric in `metrics` (default: all 14) plus one request
     count per distinct retention period.
 
-    `metrics` lets the caller ask only for what its analyzers read (`SATURATION_V1_QUERIES`); the essential
-    queries are always included. Empty `models` gives no queries. The order is stable (essential queries
-    first), so logs and tests can rely on it.
+    `metrics` lets the caller ask only for what its analyzers read; the essential queries are always included.
+    Empty `models` gives no queries. The order is stable (essential queries first), so logs and tests can rely
+    on it.
     """
     if not models:
         return ()

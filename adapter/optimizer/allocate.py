@@ -138,7 +138,7 @@ def _allocate_capacity(
                 targets[key] = dict(solved_targets)
             if not solved.proven_optimal:
                 for s in signals:
-                    notes[s.model].append("exact optimizer: time budget reached; best allocation found so far used")
+                    notes[s.model].append("exact optimizer: node limit reached; best allocation found so far used")
             for g in groups:
                 if g.required > 0:
                     supplied = sum(targets[g.key][v.name] * max(0.0, v.per_replica_capacity) for v in g.variants)

@@ -38,6 +38,10 @@ def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None 
     targets: dict[tuple[str, str], fx.FixtureScaleTarget] = {}
     for index, (cycle, out) in enumerate(zip(fixture.cycles, result["cycles"], strict=True)):
         lines.append("")
+        if cycle.kind == "scale-from-zero":
+            lines.append(f"Cycle {index + 1} at {out['now']} — scale-from-zero poll (EPP queues of idle models)")
+            lines.extend(_wake_lines(cycle, out, only))
+            continue
         lines.append(f"Cycle {index + 1} at {out['now']} — Prometheus {cycle.prometheus}")
         pods_by_variant: dict[str, list[fx.FixturePod]] = {}
         for pod in cycle.pods:
@@ -83,6 +87,19 @@ def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None 
     lines.append("")
     lines.append(f"Replay check: {verdict}.")
     return "\n".join(lines) + "\n"
+
+
+def _wake_lines(cycle: fx.FixtureCycle, out: Mapping[str, Any], only: VariantKey | None) -> list[str]:
+    """A scale-from-zero poll: each idle model's EPP queue, and what it woke."""
+    lines = []
+    for model in cycle.models or ():
+        queue = "unknown" if model.epp_queue_size is None else _fmt(model.epp_queue_size)
+        lines.append(f"  Model {model.namespace}/{model.model_id} — EPP queue {queue}")
+    for key, d in out["decisions"].items():
+        if only is None or key == str(only):
+            move = f"{d['current_replicas']} → {d['desired_replicas']}"
+            lines.append(f"      {VariantKey.parse(key).name}: {move}  [{d['path']}]  {d['reason']}")
+    return lines
 
 
 def _pod_summary(pods: Sequence[fx.FixturePod]) -> str:

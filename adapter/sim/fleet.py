@@ -494,11 +494,6 @@ class SimulatedFleet:
         return len(self._epp)
 
     @property
-    def workload_exhausted(self) -> bool:
-        """True once every workload request has arrived."""
-        return self._workload_done and self._next_request is None
-
-    @property
     def scale_events(self) -> tuple[ScaleEvent, ...]:
         return tuple(self._events)
 

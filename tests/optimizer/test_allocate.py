@@ -3,7 +3,10 @@ share), exact MILP mode, accelerator normalisation; worked examples with ids and
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +18,10 @@ from adapter.domain.capacity import CapacitySignal, CapacityUnit, GpuPools, Vari
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import NodeGpus, ScaleTarget, VariantSpec, VariantView
+from adapter.optimizer import exact
 from adapter.optimizer.allocate import ModelAllocation, allocate
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 A, B = ModelKey("ns", "a"), ModelKey("ns", "b")
 
@@ -218,6 +224,91 @@ def test_exact_keeps_the_last_serving_replica_of_a_model_with_demand() -> None:
     s = signal(A, supply("a", cost=10, cap=100, current=1), spare=100 - 0.001)
     out = allocate([s], mode=AllocationMode(exact=True), gpus=GpuPools({}, uses_of(s)))
     assert out[A].targets == {"a": 1}
+
+
+def _branching_fleet() -> tuple[list[CapacitySignal], GpuPools]:
+    """A fleet of `make bench` (seed 20261124, the 13th) whose program needs more than one branch-and-bound node."""
+    a = signal(
+        A,
+        supply("v0", cost=14.64, cap=12000, current=2, hi=7, accel="L4"),
+        supply("v1", cost=14.21, cap=10000, current=0, hi=5, gpr=2, accel="H100"),
+        supply("v2", cost=37.86, cap=4000, current=1, hi=9, gpr=2, accel="L4"),
+        supply("v3", cost=20.55, cap=17000, current=1, hi=5, gpr=4, accel="A100"),
+        required=41894.5,
+    )
+    b = signal(
+        B,
+        supply("v0", cost=38.5, cap=10000, hi=6, accel="H100"),
+        supply("v1", cost=39.44, cap=18000, hi=6, accel="L4"),
+        supply("v2", cost=21.45, cap=7000, hi=4, accel="L4"),
+        required=31275.6,
+    )
+    return [a, b], GpuPools({"A100": 18, "H100": 10, "L4": 20}, uses_of(a, b))
+
+
+def _requests(signals: list[CapacitySignal]) -> list[exact.ExactRequest]:
+    return [
+        exact.ExactRequest((s.model.namespace, s.model.model_id), tuple(s.variants), _demand_of(s)) for s in signals
+    ]
+
+
+def _demand_of(s: CapacitySignal) -> float:
+    return sum(v.current_replicas * v.per_replica_capacity for v in s.variants) + s.required
+
+
+def test_exact_is_bounded_by_branch_and_bound_nodes_never_by_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A time limit made the answer depend on the machine's speed (a replay could differ); a node limit does not."""
+    seen: list[dict[str, Any]] = []
+    real = exact.milp
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(dict(kwargs["options"]))  # a copy: milp consumes its options
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(exact, "milp", spy)
+    signals, gpus = _branching_fleet()
+    allocate(signals, mode=AllocationMode(limiter=True, exact=True), gpus=gpus)
+    assert seen, "the exact mode ran the program"
+    assert all(o.get("node_limit") == exact.MIP_NODE_LIMIT and "time_limit" not in o for o in seen), seen
+
+
+def test_a_program_that_reaches_its_node_limit_keeps_its_incumbent_and_says_so() -> None:
+    signals, gpus = _branching_fleet()
+    bounded = exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=1)
+    full = exact.solve(_requests(signals), gpus_free=gpus.free())
+    assert bounded is not None
+    assert full is not None
+    assert not bounded.proven_optimal
+    assert full.proven_optimal
+    for s in signals:  # the incumbent is feasible: within bounds and the free GPUs
+        targets = bounded.targets[(s.model.namespace, s.model.model_id)]
+        assert all(v.min_replicas <= targets[v.name] <= v.max_replicas for v in s.variants)
+    again = [exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=1) for _ in range(3)]
+    assert all(a is not None and a.targets == bounded.targets for a in again), "same input, same answer"
+
+
+def test_the_exact_answer_is_the_same_in_another_process() -> None:
+    """Determinism across processes (what a replay on another machine relies on), at the tightest bound."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from tests.optimizer.test_allocate import _branching_fleet, _requests\n"
+        "from adapter.optimizer import exact\n"
+        "signals, gpus = _branching_fleet()\n"
+        "for limit in (1, exact.MIP_NODE_LIMIT):\n"
+        "    sol = exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=limit)\n"
+        "    print(json.dumps({'|'.join(k): dict(v) for k, v in sorted(sol.targets.items())}, sort_keys=True))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO_ROOT)
+    signals, gpus = _branching_fleet()
+    here = []
+    for limit in (1, exact.MIP_NODE_LIMIT):
+        sol = exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=limit)
+        assert sol is not None
+        here.append(json.dumps({"|".join(k): dict(v) for k, v in sorted(sol.targets.items())}, sort_keys=True))
+    assert out.stdout.splitlines() == here
 
 
 # ---- properties ---------------------------------------------------------------------------------------------

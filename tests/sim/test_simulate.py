@@ -119,7 +119,7 @@ def test_same_seed_same_summary() -> None:
 
 @pytest.mark.parametrize("policy", ["wva-v1", "wva-v2", "wva-slo"])
 def test_each_wva_policy_names_an_analyzer_the_engine_dispatches_to(policy: str) -> None:
-    assert policies.POLICY_ANALYZER[policies.Policy(policy)] in registry.BY_NAME
+    assert policies.POLICY_ANALYZER[policies.Policy(policy)] in {a.name for a in registry.ANALYZERS}
 
 
 def test_a_policy_the_engine_would_not_honour_is_an_error_never_a_silent_v1(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,3 +256,22 @@ def test_progress_bar_only_on_a_terminal() -> None:
     text = terminal.getvalue()
     assert text.count("\r") == 3, "redrawn only when the percentage changes"
     assert text.endswith("100%\n")
+
+
+def test_cli_without_matplotlib_says_which_extra_to_install_before_simulating(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Plotting is the optional `sim` extra (the serving image does not carry matplotlib)."""
+    import sys
+
+    from adapter import cli
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    monkeypatch.delitem(sys.modules, "adapter.sim.plot", raising=False)
+    ran: list[object] = []
+    monkeypatch.setattr("adapter.app.simulate.run_scenario", lambda *args, **kwargs: ran.append(args))
+    code = cli.main(["simulate", "--scenario", str(STEPS), "--policy", "hpa-kv", "--out", str(tmp_path)])
+    assert code == 2
+    assert "pip install 'wva-adapter[sim]'" in capsys.readouterr().err
+    assert ran == [], "refused before minutes of simulation"
+    assert list(tmp_path.iterdir()) == []
