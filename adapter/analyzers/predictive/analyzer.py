@@ -602,9 +602,9 @@ def _startup_samples(views: Sequence[VariantView], state: ModelState) -> dict[st
 
 
 def _observed_startups(view: VariantView) -> tuple[float, ...]:
-    """Creation → Ready of the variant's ready pods, seconds (none when the inventory does not say)."""
+    """Creation → Ready of the variant's ready pods, seconds (`ScaleTarget.startup_s`, from the inventory)."""
     target = view.target
-    samples = getattr(target, "startup_s", ()) if target is not None else ()
+    samples = target.startup_s if target is not None else ()
     return tuple(float(x) for x in samples if _finite(x) and x >= 0)
 
 
