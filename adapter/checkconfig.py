@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from adapter.config.configmaps import KNOWN_CONFIGMAPS, parse_configmap
+from adapter.config.files import MAX_MANIFEST_BYTES, read_bounded
 from adapter.config.safeload import InputError, excerpt, load_yaml_all
 from adapter.config.va import parse_va
 from adapter.domain.errors import ManifestError
@@ -23,10 +24,9 @@ def check_files(paths: list[Path]) -> Report:
     report = Report()
     for path in paths:
         try:
-            docs = load_yaml_all(path.read_bytes(), what=str(path))
-        except OSError as exc:
-            report.errors.append(f"{path}: cannot read: {exc.strerror or exc}")
-            continue
+            docs = load_yaml_all(
+                read_bounded(path, what="", max_bytes=MAX_MANIFEST_BYTES), what=str(path), max_bytes=MAX_MANIFEST_BYTES
+            )
         except InputError as exc:
             report.errors.append(str(exc))
             continue

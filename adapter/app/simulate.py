@@ -79,10 +79,19 @@ def run_scenario(
 
 
 def main(
-    scenario_path: Path, *, policy: str | None, out_dir: Path | None, seed: int | None, stdout: TextIO = sys.stdout
+    scenario_path: Path,
+    *,
+    policy: str | None,
+    out_dir: Path | None,
+    seed: int | None,
+    max_requests: int | None = None,
+    stdout: TextIO = sys.stdout,
 ) -> int:
-    """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2)."""
+    """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2),
+    also before anything runs when the scenario would generate more requests than `max_requests`
+    (default `adapter.sim.scenario.MAX_REQUESTS`)."""
     scenario = scenario_module.load(scenario_path)
+    scenario_module.check_work(scenario, max_requests=max_requests)
     sim = run_scenario(scenario, policy=policy, seed=seed, show_progress=sys.stderr)
     if out_dir is not None:
         png = plot(sim, out_dir / f"{_file_safe(scenario.name)}-{sim.policy}.png")

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adapter.domain.ids import VariantKey
+from adapter.domain.text import plain
 from adapter.replay import fixture as fx
 from adapter.replay import runner
 
@@ -34,7 +35,11 @@ _FIGURES = (
 def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None = None) -> str:
     result = runner.run(fixture, list(vas))
     specs = {va.key: va.to_spec() for va in vas}
-    lines: list[str] = [f"{fixture.name or '(unnamed fixture)'}"]
+    lines: list[str] = [f"{plain(fixture.name, 200) if fixture.name else '(unnamed fixture)'}"]
+    problems = fx.configmap_problems(fixture)
+    if problems:
+        lines.append("Configuration problems (each invalid entry is dropped; the rest of its ConfigMap applies):")
+        lines.extend(f"  ! {problem}" for problem in problems)
     targets: dict[tuple[str, str], fx.FixtureScaleTarget] = {}
     for index, (cycle, out) in enumerate(zip(fixture.cycles, result["cycles"], strict=True)):
         lines.append("")
