@@ -68,39 +68,59 @@ FINITE = number()
 
 
 def _replay(args: argparse.Namespace) -> int:
+    """Every fixture is validated before anything is printed (exit 2 on an invalid one); the result document (a
+    list of them for several fixtures) is then written cycle by cycle, exactly as `json.dumps(document,
+    indent=2)` would write it, so memory holds one cycle's result at a time."""
     from adapter.replay import runner
 
-    results = []
-    for path in args.fixtures:
-        loaded = _load_fixture(path)
-        if loaded is None:
-            return 2
-        fx, vas = loaded
-        result = runner.run(fx, vas, scale_to_zero_env=os.environ.get("WVA_SCALE_TO_ZERO"))
-        result["fixture"] = str(path)
-        results.append(result)
-        verdict = "PASS" if result["passed"] else "FAIL"
-        name = plain(result["name"], 120) if result["name"] else "(unnamed)"
-        print(f"{verdict} {plain(path)}: {name} — {len(result['cycles'])} cycle(s)", file=sys.stderr)
-        for c, cycle in enumerate(result["cycles"]):
-            for m in cycle["mismatches"]:
-                print(
-                    f"  cycle {c} {m['variant']}: {m['field']} expected {excerpt(m['expected'], 200)}, "
-                    f"got {excerpt(m['actual'], 200)}",
-                    file=sys.stderr,
-                )
-    out = results[0] if len(results) == 1 else results
-    print(json.dumps(out, indent=2))
-    return 0 if all(r["passed"] for r in results) else 1
+    loaded = [_load_fixture(path) for path in args.fixtures]
+    if any(item is None for item in loaded):
+        return 2
+    several = len(args.fixtures) > 1
+    pad = "  " if several else ""
+    out = sys.stdout
+    if several:
+        out.write("[\n")
+    passed_all = True
+    for index, (path, item) in enumerate(zip(args.fixtures, loaded, strict=True)):
+        assert item is not None
+        fx, vas = item
+        out.write(f'{pad}{{\n{pad}  "schema": {json.dumps(runner.RESULT_SCHEMA)},\n')
+        out.write(f'{pad}  "name": {json.dumps(fx.name)},\n{pad}  "cycles": [\n')
+        mismatches: list[str] = []
+        count = 0
+        for c, cycle in enumerate(runner.cycles(fx, vas, scale_to_zero_env=os.environ.get("WVA_SCALE_TO_ZERO"))):
+            text = json.dumps(cycle, indent=2)
+            out.write((",\n" if c else "") + "\n".join(f"{pad}    {line}" for line in text.splitlines()))
+            count += 1
+            mismatches += [
+                f"  cycle {c} {m['variant']}: {m['field']} expected {excerpt(m['expected'], 200)}, "
+                f"got {excerpt(m['actual'], 200)}"
+                for m in cycle["mismatches"]
+            ]
+        passed = not mismatches
+        passed_all = passed_all and passed
+        out.write(f'\n{pad}  ],\n{pad}  "passed": {json.dumps(passed)},\n')
+        out.write(f'{pad}  "fixture": {json.dumps(str(path))}\n{pad}}}')
+        out.write(",\n" if several and index < len(args.fixtures) - 1 else "\n")
+        name = plain(fx.name, 120) if fx.name else "(unnamed)"
+        print(f"{'PASS' if passed else 'FAIL'} {plain(path)}: {name} — {count} cycle(s)", file=sys.stderr)
+        for line in mismatches:
+            print(line, file=sys.stderr)
+    if several:
+        out.write("]\n")
+    out.flush()
+    return 0 if passed_all else 1
 
 
 def _load_fixture(path: str) -> tuple[Any, Any] | None:
     """A fixture and its VAs, or None after saying why on stderr (exit 2). ConfigMap problems are warnings, as
     `serve` treats them: the invalid entry is dropped and the replay goes on."""
-    from adapter.replay import fixture
+    from adapter.replay import fixture, runner
 
     try:
         loaded = fixture.load(Path(path))
+        runner.initial_state(loaded[0])  # its errors too, before any output
     except FixtureError as exc:
         print(f"{plain(path)}: invalid fixture: {exc}", file=sys.stderr)
         return None
@@ -125,7 +145,8 @@ def _explain(args: argparse.Namespace) -> int:
     if only is not None and only not in {va.key for va in vas}:
         print(f"explain: {plain(str(only))} is not a VariantAutoscaling of {plain(args.fixture)}", file=sys.stderr)
         return 2
-    print(explain.explain(fx, vas, only=only), end="")
+    for line in explain.explain_lines(fx, vas, only=only):
+        print(line)
     return 0
 
 
@@ -141,7 +162,10 @@ def _recommend(args: argparse.Namespace) -> int:
                 return 2
             fx, vas = loaded
             models = {str(va.key): va.to_spec().model_id for va in vas}
-            last = runner.run(fx, vas)["cycles"][-1]["decisions"]
+            final: dict[str, Any] = {}
+            for final in runner.cycles(fx, vas):  # noqa: B007 - only the last cycle is shown
+                pass
+            last = final["decisions"]
             for key, d in sorted(last.items()):
                 rec = d.get("recommendation") or {}
                 rows.append(

@@ -8,11 +8,11 @@ fired with its numbers (the reason) and the final count within its bounds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from adapter.domain.ids import VariantKey
-from adapter.domain.text import plain
+from adapter.domain.text import excerpt, plain
 from adapter.replay import fixture as fx
 from adapter.replay import runner
 
@@ -33,16 +33,24 @@ _FIGURES = (
 
 
 def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None = None) -> str:
-    result = runner.run(fixture, list(vas))
+    return "".join(f"{line}\n" for line in explain_lines(fixture, vas, only=only))
+
+
+def explain_lines(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None = None) -> Iterator[str]:
+    """The account line by line, each cycle told as soon as it is replayed (the CLI prints as it goes, so a
+    long fixture never sits in memory as a whole)."""
     specs = {va.key: va.to_spec() for va in vas}
-    lines: list[str] = [f"{plain(fixture.name, 200) if fixture.name else '(unnamed fixture)'}"]
+    yield f"{plain(fixture.name, 200) if fixture.name else '(unnamed fixture)'}"
     problems = fx.configmap_problems(fixture)
     if problems:
-        lines.append("Configuration problems (each invalid entry is dropped; the rest of its ConfigMap applies):")
-        lines.extend(f"  ! {problem}" for problem in problems)
+        yield "Configuration problems (each invalid entry is dropped; the rest of its ConfigMap applies):"
+        yield from (f"  ! {problem}" for problem in problems)
     targets: dict[tuple[str, str], fx.FixtureScaleTarget] = {}
-    for index, (cycle, out) in enumerate(zip(fixture.cycles, result["cycles"], strict=True)):
-        lines.append("")
+    passed = True
+    replayed = runner.cycles(fixture, list(vas))
+    for index, (cycle, out) in enumerate(zip(fixture.cycles, replayed, strict=True)):
+        lines: list[str] = [""]
+        passed = passed and not out["mismatches"]
         lines.append(f"Cycle {index + 1} at {out['now']} — Prometheus {cycle.prometheus}")
         pods_by_variant: dict[str, list[fx.FixturePod]] = {}
         for pod in cycle.pods:
@@ -80,14 +88,13 @@ def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None 
                     lines.append(f"        note: {note}")
             for mismatch in out["mismatches"]:
                 lines.append(
-                    f"    ! recorded {mismatch['field']} {mismatch['expected']!r}, replayed {mismatch['actual']!r}"
+                    f"    ! recorded {mismatch['field']} {excerpt(mismatch['expected'], 200)}, "
+                    f"replayed {excerpt(mismatch['actual'], 200)}"
                 )
-    verdict = (
-        "the replay reproduces the recorded decisions" if result["passed"] else "the replay DIFFERS from the record"
-    )
-    lines.append("")
-    lines.append(f"Replay check: {verdict}.")
-    return "\n".join(lines) + "\n"
+        yield from lines
+    verdict = "the replay reproduces the recorded decisions" if passed else "the replay DIFFERS from the record"
+    yield ""
+    yield f"Replay check: {verdict}."
 
 
 def _pod_summary(pods: Sequence[fx.FixturePod]) -> str:

@@ -37,14 +37,19 @@ SCHEMA = "wva-replay/v1"
 
 
 MAX_VARIANT_AUTOSCALINGS = 5_000
-"""VAs per fixture. The engine's work grows with the square of the variants of one model (measured on main: 2,000
-VAs of one model took 262 MB and 1.5 s, 20,000 took 15 GB and 62 s), so a fixture is bounded by count, not by
-bytes alone (see MAX_VARIANTS_PER_MODEL)."""
-MAX_VARIANTS_PER_MODEL = 500
-"""VAs sharing one (namespace, modelID): upstream has no such bound; a real model has a handful of variants."""
+"""VAs per fixture. A fixture is bounded by what it asks the engine to do, not by its bytes alone: 16 MB of JSON
+held 20,000 VAs of one model, which took 62 s and 15 GB on main (2,000: 1.5 s, 262 MB)."""
+MAX_VARIANTS_PER_MODEL = 100
+"""VAs sharing one (namespace, modelID). The engine's work per model, and the notes each decision of the model
+carries (one per variant of the model), grow with the square of this number; a real model has a handful of
+variants. Upstream has no such bound."""
 MAX_CYCLES = 2_000
-MAX_DECISIONS = 200_000
-"""VAs × cycles: the number of per-variant decisions a replay makes (each cycle decides every VA)."""
+MAX_DECISIONS = 50_000
+"""VAs × cycles: the per-variant decisions a replay makes and prints (each cycle decides every VA); about
+0.3 ms and 5 KB of result each."""
+MAX_VARIANT_PAIRS = 1_000_000
+"""Σ over cycles and models of (variants of the model)²: the quadratic part of the work and of the output
+(at 500 variants of one model, 20 cycles printed 212 MB of notes)."""
 MAX_ITEMS_PER_CYCLE = 50_000
 """Scale targets, pods, models or nodes in one cycle."""
 MAX_CONFIGMAPS = 256
@@ -257,6 +262,13 @@ def _check_references(fixture: Fixture, vas: Sequence[VariantAutoscaling]) -> No
             "$.variant_autoscalings",
             f"{count:,} VariantAutoscalings of model {quote(model_id)} in {namespace}; the limit is "
             f"{MAX_VARIANTS_PER_MODEL:,} per model",
+        )
+    pairs = sum(n * n for n in per_model.values()) * len(fixture.cycles)
+    if pairs > MAX_VARIANT_PAIRS:
+        raise FixtureError(
+            "$.cycles",
+            f"{len(fixture.cycles):,} cycles × Σ (variants per model)² {pairs // len(fixture.cycles):,} = "
+            f"{pairs:,}; the limit is {MAX_VARIANT_PAIRS:,} (fewer cycles or fewer variants per model)",
         )
     _no_duplicates("$.configmaps", [(c.namespace, c.name) for c in fixture.configmaps], what="ConfigMap")
     for c, cycle in enumerate(fixture.cycles):

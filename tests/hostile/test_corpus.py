@@ -265,24 +265,31 @@ CASES: dict[str, Case] = {
         2,
         r"about 2,000 requests .* the limit is 1,000",
     ),
-    "replay-600-variants-of-one-model": Case(
-        verb("replay", make=_fixture(inputs.fixture(600))),
+    "replay-101-variants-of-one-model": Case(
+        verb("replay", make=_fixture(inputs.fixture(101))),
         2,
-        r"600 VariantAutoscalings of model 'model-0' in llm; "
-        r"the limit is 500 per model",
+        r"101 VariantAutoscalings of model 'model-0' in llm; the limit is 100 per model",
     ),
     "replay-5001-variant-autoscalings": Case(
-        verb("replay", make=_fixture(inputs.fixture(5001, models=20))),
+        verb("replay", make=_fixture(inputs.fixture(5001, models=60))),
         2,
         r"\$\.variant_autoscalings: <list of 5001 items> — List should have at most 5000 items",
     ),
     "replay-too-many-decisions": Case(
-        verb("replay", make=_fixture(inputs.fixture(200, models=40, cycles=1001, pods_every_cycle=False))),
+        verb("replay", make=_fixture(inputs.fixture(100, models=20, cycles=501, pods_every_cycle=False))),
         2,
-        r"200 VariantAutoscalings × 1,001 cycles = 200,200 decisions; the limit is 200,000",
+        r"100 VariantAutoscalings × 501 cycles = 50,100 decisions; the limit is 50,000",
     ),
-    "replay-500-variants-of-one-model-runs": Case(
-        verb("replay", make=_fixture(inputs.fixture(500))), 0, r"PASS .*fixture\.json: 500 VAs"
+    "replay-too-many-variant-pairs": Case(
+        verb("replay", make=_fixture(inputs.fixture(100, cycles=101, pods_every_cycle=False))),
+        2,
+        r"\$\.cycles: 101 cycles × Σ \(variants per model\)² 10,000 = 1,010,000; the limit is 1,000,000",
+    ),
+    "replay-at-the-limits-runs": Case(
+        verb("replay", make=_fixture(inputs.fixture(5000, models=50, cycles=2))),
+        0,
+        r"PASS .*fixture\.json: 5000 VAs — 2 cycle\(s\)",
+        timeout_s=120,
     ),
     # ---- 4. shutdown: demo and simulate at any speed, serve whatever the apiserver does ----
     "demo-speed-100000-duration-3": Case(
