@@ -30,6 +30,7 @@ from adapter.servers.keda import start_keda_server
 from adapter.servers.telemetry import Telemetry, build_telemetry_app, start_http_server
 from adapter.servers.tls import serving_tls
 from adapter.sim.scenario import load as load_scenario
+from adapter.sim.scenario import peak_rate_rps
 from adapter.store import DecisionStore
 
 LOOPBACK = "127.0.0.1"
@@ -57,6 +58,9 @@ class DemoOptions:
     max_step_s: float = 30.0
     """Virtual seconds the world advances in one step at most (one engine interval): a step is then a few
     milliseconds of work, so the loop can look at the clock, the deadline and the signals between steps."""
+    max_step_requests: float = 5_000.0
+    """Requests one step may simulate at the workload's peak rate: a scenario at 100,000 req/s is stepped
+    0.05 virtual seconds at a time, a few tens of milliseconds of work each."""
     busy_fraction: float = 0.8
     """Share of each tick the world may spend stepping; the rest is left to the servers and the signals. When
     the machine cannot keep up with `speed`, the world falls behind the requested pace instead of taking
@@ -130,7 +134,10 @@ async def run_demo(
     )
     # The demo records every cycle, like `serve --record-dir`: `wva-adapter explain out/demo/record/cycle-….json`.
     world.recorder = FlightRecorder(options.out_dir / "record", max_bytes=DEMO_RECORD_MAX_BYTES)
-    pace = _Pace(world, options, out, start_s=wall_start_s)
+    step_s = options.max_step_s
+    if scenario is not None:
+        step_s = min(step_s, max(0.001, options.max_step_requests / max(peak_rate_rps(scenario), 1e-9)))
+    pace = _Pace(world, options, out, start_s=wall_start_s, step_s=step_s)
     telemetry = Telemetry(store, clock=pace.clock)
     pace.telemetry = telemetry
     tls = serving_tls(
@@ -200,8 +207,9 @@ class _Pace:
     `max_step_s` at a time and for at most `busy_fraction` of a tick (DemoOptions): when the machine cannot keep
     up, the world falls behind the requested pace instead of taking ever longer steps."""
 
-    def __init__(self, world: DemoWorld, options: DemoOptions, out: TextIO, *, start_s: float) -> None:
+    def __init__(self, world: DemoWorld, options: DemoOptions, out: TextIO, *, start_s: float, step_s: float) -> None:
         self.world = world
+        self.step_s = step_s
         self.options = options
         self.out = out
         self.start_s = start_s
@@ -223,7 +231,7 @@ class _Pace:
         tick_end = time.monotonic() + options.tick_s * options.busy_fraction
         target = self.virtual_now()
         while self.world_now_s < target and running() and time.monotonic() < tick_end:
-            self.world_now_s = min(target, self.world_now_s + options.max_step_s)
+            self.world_now_s = min(target, self.world_now_s + self.step_s)
             started = time.perf_counter()
             result = self.world.step_to(self.world_now_s)
             if result is not None:
@@ -239,7 +247,7 @@ class _Pace:
             await asyncio.sleep(0)  # the signal handlers and the servers run between steps
 
     def report(self) -> None:
-        if self.virtual_now() - self.world_now_s > self.options.max_step_s:
+        if self.virtual_now() - self.world_now_s > max(self.step_s, 1.0):
             achieved = (self.world_now_s - self.start_s) / max(time.monotonic() - self.mono_start_s, 1e-9)
             print(
                 f"demo: the world ran at {achieved:,.0f}x (asked {self.options.speed:g}x): this machine's pace",

@@ -14,7 +14,8 @@ growing the server from 134 MB to 983 MB before any of them was authenticated. S
     TLS handshake (`loop.start_tls`, `handshake_timeout_s`)
               ▼
     first request head, read by the gate within `head_timeout_s` of the handshake: at most
-    `max_request_line` + `max_header_line` × `max_headers` bytes, each line of the HTTP/1.1 shape
+    `max_head_bytes`, `max_request_line` and `max_header_line` bytes per line, `max_headers` lines, each of the
+    HTTP/1.1 shape
     (RFC 9112 request-line and field-line), no request body on an unauthenticated connection
               │  refused → the gate writes a `metav1.Status` and closes: 431 too large (what kube-apiserver,
               │  i.e. Go's net/http, answers), 400 malformed, 413 a body, 408 the deadline passed
@@ -67,10 +68,8 @@ class GateLimits:
     """An 8,192-character labelSelector (`adapter.servers.selector`), percent-encoded, fits."""
     max_header_line: int = 8 * 1024
     max_headers: int = 64
-
-    @property
-    def max_head_bytes(self) -> int:
-        return self.max_request_line + self.max_headers * self.max_header_line + 2
+    max_head_bytes: int = 64 * 1024
+    """The whole head: what one connection may make the gate buffer (256 connections: at most 16 MB)."""
 
     def aiohttp_kwargs(self) -> dict[str, Any]:
         """The same limits for aiohttp's own parser (documented AppRunner/handler arguments)."""
@@ -114,6 +113,8 @@ def vet_head(head: bytes, limits: GateLimits, *, allow_body: bool) -> None:
     """Check one request head (up to and including its blank line) against the limits and the HTTP/1.1 line
     shapes; raise HeadRefused (never quoting the input). `allow_body=False` refuses a head that announces a
     body (`Content-Length` other than 0, or `Transfer-Encoding`): this API has no verb that takes one."""
+    if len(head) > limits.max_head_bytes:
+        raise HeadRefused(431, f"request head of {len(head):,} bytes; the limit is {limits.max_head_bytes:,}")
     lines = head[: -len(_HEAD_END)].split(b"\r\n")
     request_line, fields = lines[0], lines[1:]
     if len(request_line) > limits.max_request_line:

@@ -326,6 +326,16 @@ def expected_requests(scenario: Scenario) -> tuple[int, str]:
     return math.ceil(integral), f"{kind} arrivals averaging {integral / duration_s:,.4g} req/s × {duration_s:,g} s"
 
 
+def peak_rate_rps(scenario: Scenario) -> float:
+    """The highest arrival rate the workload reaches (a trace's mean rate, its peak being unknown before it is
+    read): what one step of the demo's world may have to simulate per virtual second."""
+    workload = scenario.workload()
+    if isinstance(workload, TraceWorkload):
+        count, _ = expected_requests(scenario)
+        return count / max(scenario.effective_duration_s(), 1.0)
+    return float(workload.process.peak_rps)
+
+
 def _rate_integral(process: Any, duration_s: float) -> float:
     """∫₀ᵈ λ(t) dt, exactly, for each synthetic arrival process (adapter.sim.workload)."""
     d = duration_s

@@ -52,7 +52,8 @@ def _first_line(text: str, limit: int = 110) -> str:
         return ""
     errors = [line for line in lines if ": error: " in line]  # argparse: the usage line, then the reason
     # a traceback: its last line says what it was
-    line = errors[0] if errors else (lines[-1] if lines[0].startswith("Traceback") else lines[0])
+    traceback = any(line.startswith("Traceback") for line in lines)
+    line = errors[0] if errors else (lines[-1] if traceback else lines[0])
     line = line.encode("unicode_escape").decode("ascii")
     return line if len(line) <= limit else line[:limit] + "…"
 
@@ -114,9 +115,16 @@ def file_probes(p: Prober) -> None:
 
 
 def fixture_probes(p: Prober) -> None:
-    for n in (2_000, 20_000):
-        path = inputs.write_json(p.work / f"fx-{n}.json", inputs.fixture(n, models=max(1, n // 10)))
-        p.cli(f"replay fixture of {n:,} VAs ({path.stat().st_size / 2**20:.1f} MB)", "replay", str(path))
+    shapes = (
+        ("2,000 VAs of one model", 2_000, 1, 1),
+        ("20,000 VAs of one model", 20_000, 1, 1),
+        ("500 VAs of one model, 100 cycles", 500, 1, 100),
+        ("100 VAs of one model, 100 cycles", 100, 1, 100),
+        ("5,000 VAs in 1,000 models, 10 cycles", 5_000, 1_000, 10),
+    )
+    for name, n, models, cycles in shapes:
+        path = inputs.write_json(p.work / f"fx-{n}-{cycles}.json", inputs.fixture(n, models=models, cycles=cycles))
+        p.cli(f"replay: {name} ({path.stat().st_size / 2**20:.1f} MB)", "replay", str(path))
 
 
 def simulate_probes(p: Prober) -> None:

@@ -295,6 +295,24 @@ CASES: dict[str, Case] = {
     "demo-speed-100000-duration-3": Case(
         demo("--speed", "100000", "--duration", "3"), 0, r"demo: shutting down", timeout_s=40
     ),
+    "demo-scenario-100k-rps-sigterm": Case(
+        lambda d: wva(
+            "demo",
+            "--scenario",
+            str(_file("flood.yaml", inputs.poisson_scenario(100_000, 3600))(d)),
+            "--speed",
+            "1000",
+            *PORTS,
+            "--out",
+            str(d / "demo"),
+        ),
+        0,
+        r"demo: shutting down",
+        signal_sent=signal.SIGTERM,
+        signal_when=b"stops it",
+        signal_after_s=3.0,
+        exit_within_s=3.0,
+    ),  # fmt: skip
     "demo-speed-1000000-sigterm": Case(
         demo("--speed", "1000000"),
         0,
