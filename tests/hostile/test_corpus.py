@@ -312,7 +312,7 @@ CASES: dict[str, Case] = {
         signal_when=b"stops it",
         signal_after_s=3.0,
         exit_within_s=3.0,
-    ),  # fmt: skip
+    ),
     "demo-speed-1000000-sigterm": Case(
         demo("--speed", "1000000"),
         0,
