@@ -6,6 +6,9 @@ it, so the figures in the closing note and the bounds the tests enforce come fro
 - memory: `RLIMIT_AS` (address space) set in the child before it runs anything, so an allocation beyond the bound
   fails inside the child (a `MemoryError`, which a correct program turns into a message) instead of growing the
   machine's memory; the peak resident set size comes from the kernel's accounting of that one child (`wait4`).
+  Linux starts the child with vfork and charges the exec against the parent's memory, so the figure is never
+  below the spawning process's own peak: spawn from a small process (tests/hostile/probes.py stays near 30 MB
+  until its server group, which runs last) when the figure matters.
 - time: a deadline after which the child (and its process group) is killed; `timed_out` says so.
 - signals: optionally SIGTERM / SIGINT once the child printed a marker (or after a delay), and the seconds from
   the signal to the exit (`after_signal_s`), for the shutdown cases.

@@ -430,8 +430,8 @@ GROUPS: dict[str, Callable[[Prober], None]] = {
     "simulate": simulate_probes,
     "demo": demo_probes,
     "values": value_probes,
-    "servers": server_probes,
     "serve": serve_hanging_probe,
+    "servers": server_probes,  # last: holding 3,000 TLS connections grows this process (see harness.py)
 }
 
 
