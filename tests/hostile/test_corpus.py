@@ -447,6 +447,43 @@ CASES: dict[str, Case] = {
         1,
         r"label key 'x\\ny' must be a qualified name",
     ),
+    "check-config-unknown-kind-with-escapes": Case(
+        check_config(_file("other.yaml", json.dumps({"kind": "Foo\x1b[31m", "metadata": {"name": "a\nb"}}))),
+        0,
+        r"skip +\S+other\.yaml#1: 'Foo\\x1b\[31m' 'a\\nb' is not a VA or WVA ConfigMap",
+    ),
+    "check-config-configmap-hostile-namespace": Case(
+        check_config(
+            _file(
+                "cm.yaml",
+                json.dumps(
+                    {
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "wva-saturation-scaling-config", "namespace": "ns\x1b[2J"},
+                        "data": {"default": "kvCacheThreshold: 0.8"},
+                    }
+                ),
+            )
+        ),
+        1,
+        r"metadata\.namespace: 'ns\\x1b\[2J' — must be a lowercase RFC 1123 label",
+    ),
+    "check-config-configmap-hostile-key": Case(
+        check_config(
+            _file(
+                "cm.yaml",
+                json.dumps(
+                    {
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "wva-saturation-scaling-config", "namespace": "llm"},
+                        "data": {"default\u202e": "kvCacheThreshold: 0.8"},
+                    }
+                ),
+            )
+        ),
+        1,
+        r"\.data: key 'default\\u202e' is not a ConfigMap key",
+    ),
     "check-config-valid-va": Case(check_config(_va_file(inputs.va("llama-8b"))), 0, r"ok +\S+va\.yaml#1: "),
     # the replay fixture: strict types, ready <= replicas, one ConfigMap per name, invalid ConfigMaps reported
     "replay-replicas-true": Case(
@@ -550,6 +587,8 @@ def check(outcome: Outcome, case: Case) -> None:
     for line in outcome.stderr.splitlines():  # clear: short lines, nothing raw from the input
         assert line.isprintable(), f"unprintable characters in {line!r}"
         assert len(line) < 2_000, f"a message of {len(line)} characters"
+    for line in outcome.stdout.splitlines():
+        assert line.isprintable(), f"unprintable characters in {line!r}"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
