@@ -35,8 +35,7 @@ LABEL org.opencontainers.image.title="wva-adapter" \
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    HOME=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib
+    HOME=/tmp
 COPY --from=builder /opt/venv /opt/venv
 USER 65532:65532
 # 6443 External Metrics API (HTTPS), 50051 KEDA external scaler (gRPC), 8080 /metrics, 8081 /healthz /readyz

@@ -49,8 +49,9 @@ from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import DesiredAlloc, ScaleTarget, Snapshot, VariantSpec, VariantStatus, VariantView
 from adapter.metrics.collector import PrometheusCollector
-from adapter.metrics.queries import EPP_MODEL_LABEL, SATURATION_V1_QUERIES, Query, QueryName, build_queries
+from adapter.metrics.queries import EPP_MODEL_LABEL, Query, QueryName, build_queries
 from adapter.store.decisions import DecisionStore
+from tests.metrics import V1_QUERIES
 
 VARIANTS_PER_MODEL = 3
 PODS_PER_VA = 10
@@ -243,7 +244,7 @@ async def one_cycle(
     return stages, collection, len(result.decisions)
 
 
-PROFILES = {"all": None, "v1": SATURATION_V1_QUERIES}
+PROFILES = {"all": None, "v1": V1_QUERIES}
 """Which queries the collector sends: all 12 metrics, or only what the V1 analyzer, the enforcer and
 scale-from-zero read."""
 

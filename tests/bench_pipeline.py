@@ -1,10 +1,11 @@
 """Allocation and decision-cycle benchmark (issue 7): greedy vs exact (MILP) allocation on generated fleets,
-and `engine.decide` at 1,000 VAs with V1, V2, and V2 with the GPU limiter (and exact mode).
+and `engine.decide` at 1,000 VAs with V1, V2, and V2 with the GPU limiter (and exact mode), and with the
+queueing model at 100 VAs (its filter evaluates the queueing model per busy pod: ~10x the cost per VA).
 
 Prints figures measured in this run (medians; the machine is shared and noisy); asserts nothing about time.
 Each decide configuration runs in its own child process so its peak RSS is its own.
 
-    python -m tests.bench_pipeline [--fleets 100] [--vas 1000] [--runs 5]
+    python -m tests.bench_pipeline [--fleets 100] [--vas 1000] [--qm-vas 100] [--runs 5]
 """
 
 from __future__ import annotations
@@ -17,12 +18,19 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from adapter import engine
-from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, SATURATION_CM, ConfigSet
+from adapter.config.configmaps import (
+    DEFAULT_CONTROLLER_NAMESPACE,
+    QUEUEING_CM,
+    SATURATION_CM,
+    AllocationMode,
+    ConfigSet,
+)
 from adapter.config.engine import EngineConfig
-from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, GpuPools, VariantSupply
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import (
@@ -33,8 +41,7 @@ from adapter.domain.snapshot import (
     VariantSpec,
     VariantView,
 )
-from adapter.optimizer.allocate import AllocationPolicy, allocate
-from adapter.optimizer.limiter import GpuUse
+from adapter.optimizer.allocate import allocate
 
 ACCELERATORS = ("A100", "H100", "L4")
 
@@ -42,10 +49,10 @@ ACCELERATORS = ("A100", "H100", "L4")
 # ---- greedy vs MILP ----------------------------------------------------------------------------------------
 
 
-def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], dict[str, int], list[GpuUse]]:
+def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], GpuPools]:
     """2–8 models of 1–4 variants on three pools; each model requires 0.5–4 replicas' worth of capacity."""
     signals: list[CapacitySignal] = []
-    uses: list[GpuUse] = []
+    used = dict.fromkeys(ACCELERATORS, 0)
     for m in range(rng.randint(2, 8)):
         variants = []
         for v in range(rng.randint(1, 4)):
@@ -64,7 +71,7 @@ def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], dict[str,
                     accelerator=accelerator,
                 )
             )
-            uses.append(GpuUse(accelerator, current, gpr))
+            used[accelerator] += current * gpr
         mean_capacity = statistics.mean(v.per_replica_capacity for v in variants)
         signals.append(
             CapacitySignal(
@@ -76,9 +83,8 @@ def generated_fleet(rng: random.Random) -> tuple[list[CapacitySignal], dict[str,
                 variants=tuple(variants),
             )
         )
-    used = {a: sum(u.current_replicas * u.gpus_per_replica for u in uses if u.accelerator == a) for a in ACCELERATORS}
     pools = {a: used[a] + rng.randint(0, 16) for a in ACCELERATORS}
-    return signals, pools, uses
+    return signals, GpuPools(pools, used)
 
 
 def _cost(signals: list[CapacitySignal], targets: dict[ModelKey, Any]) -> float:
@@ -93,11 +99,11 @@ def bench_allocation(n_fleets: int) -> dict[str, Any]:
     rng = random.Random(20261124)
     rows = []
     for _ in range(n_fleets):
-        signals, pools, uses = generated_fleet(rng)
+        signals, gpus = generated_fleet(rng)
         t0 = time.perf_counter()
-        greedy = allocate(signals, policy=AllocationPolicy(limiter=True), pools=pools, uses=uses)
+        greedy = allocate(signals, mode=AllocationMode(limiter=True), gpus=gpus)
         t1 = time.perf_counter()
-        exact = allocate(signals, policy=AllocationPolicy(limiter=True, exact=True), pools=pools, uses=uses)
+        exact = allocate(signals, mode=AllocationMode(limiter=True, exact=True), gpus=gpus)
         t2 = time.perf_counter()
         rows.append(
             {
@@ -184,9 +190,28 @@ def scale_snapshot(n_vas: int, *, seed: int = 7) -> Snapshot:
     return Snapshot(taken_at_s=1_767_225_600.0, variants=tuple(views), pods=tuple(pods), nodes=nodes)
 
 
+def with_latencies(snapshot: Snapshot, *, seed: int = 3) -> Snapshot:
+    """The snapshot's pods busy, with the arrival rates and latencies the queueing model learns from."""
+    rng = random.Random(seed)
+    pods = tuple(
+        replace(
+            p,
+            arrival_rate_rps=rng.uniform(0.5, 3.0),
+            avg_ttft_s=rng.uniform(0.1, 0.5),
+            avg_itl_s=rng.uniform(0.02, 0.05),
+            max_batch_size=256,
+        )
+        for p in snapshot.pods
+    )
+    return replace(snapshot, pods=pods)
+
+
 def child_decide(mode: str, n_vas: int, runs: int) -> dict[str, Any]:
     snapshot = scale_snapshot(n_vas)
     raw = [(DEFAULT_CONTROLLER_NAMESPACE, SATURATION_CM, {"default": _saturation_default(mode)})]
+    if mode == "qm":
+        snapshot = with_latencies(snapshot)
+        raw.append((DEFAULT_CONTROLLER_NAMESPACE, QUEUEING_CM, {"default": "sloMultiplier: 3\n"}))
     config = EngineConfig(configmaps=ConfigSet.from_raw(raw))
     state = engine.EngineState()
     times = []
@@ -203,11 +228,12 @@ def child_decide(mode: str, n_vas: int, runs: int) -> dict[str, Any]:
     }
 
 
-def bench_decide(n_vas: int, runs: int) -> list[dict[str, Any]]:
+def bench_decide(n_vas: int, runs: int, qm_vas: int) -> list[dict[str, Any]]:
     rows = []
-    for mode in ("v1", "v2", "v2-limiter", "v2-exact"):
+    for mode in ("v1", "v2", "v2-limiter", "v2-exact", "qm"):
+        vas = qm_vas if mode == "qm" else n_vas
         out = subprocess.run(
-            [sys.executable, "-m", "tests.bench_pipeline", "--child", mode, "--vas", str(n_vas), "--runs", str(runs)],
+            [sys.executable, "-m", "tests.bench_pipeline", "--child", mode, "--vas", str(vas), "--runs", str(runs)],
             check=True,
             capture_output=True,
             text=True,
@@ -215,7 +241,8 @@ def bench_decide(n_vas: int, runs: int) -> list[dict[str, Any]]:
         rows.append(json.loads(out.stdout))
     base = rows[0]["decide_ms_median"]
     for row in rows:
-        row["time_vs_v1"] = round(row["decide_ms_median"] / base, 2) if base else None
+        same_scale = row["vas"] == rows[0]["vas"]
+        row["time_vs_v1"] = round(row["decide_ms_median"] / base, 2) if base and same_scale else None
     return rows
 
 
@@ -223,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench_pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--fleets", type=int, default=100)
     parser.add_argument("--vas", type=int, default=1000)
+    parser.add_argument("--qm-vas", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -230,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child_decide(args.child, args.vas, args.runs)))
         return 0
     print(json.dumps({"greedy_vs_exact": bench_allocation(args.fleets)}, indent=2), flush=True)
-    rows = bench_decide(args.vas, args.runs)
+    rows = bench_decide(args.vas, args.runs, args.qm_vas)
     print(json.dumps({"decide_cycle": rows}, indent=2))
     print()
     print("| mode | VAs | decide median (ms) | vs V1 | peak RSS (MB) |")

@@ -23,17 +23,203 @@ Ours, not upstream's (docs/deviations.md): a transition that stays unapplied lon
 `transition_timeout_s` (an HPA tolerance band can swallow a ±1 step forever) stops blocking the model;
 scale-up skips a variant already at maxReplicas and scale-down skips one at minReplicas, so the step goes to
 the next eligible variant instead of being clamped away.
+
+The analyzer (`ANALYZER`, adapter.analyzers.protocol) reads the model's usable pods, the previous allocation of
+each variant (its pending transition) and its memory of pods not reporting, and hands the allocation step a
+`proposal` — the ±1 targets — in replicas; the GPU limiter may only cut its scale-ups. Reasons are seed 000's
+(`saturation-only mode: scale-up (KV spare (0.050 < 0.100) low)`); a held transition keeps the reason it was
+decided with, so its `lastUpdate` measures how long the transition has been pending.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
+from adapter.analyzers import memory as state_json
+from adapter.analyzers.protocol import Analysis, ModelInput
 from adapter.config.configmaps import SaturationConfig
-from adapter.domain.snapshot import PodMetrics
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, supply_of
+from adapter.domain.decision import Action, AnalyzerName
+from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import DesiredAlloc, PodMetrics, VariantView
 from adapter.domain.timefmt import format_duration
+
+LABEL = "saturation-only mode"
+"""How reasons name this analyzer (upstream's words)."""
+
+
+NotReporting = Mapping[VariantKey, "NotReportingSince"]
+"""The analyzer's memory: since when each variant's pods have not all reported (`calculate_targets`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationPercentage:
+    """The percentage-based analyzer (V1) as the engine calls it."""
+
+    name: AnalyzerName = AnalyzerName.SATURATION_PERCENTAGE
+
+    @property
+    def memory(self) -> NotReportingMemory:
+        return NotReportingMemory()
+
+    def configure(self, model: ModelInput) -> tuple[SaturationConfig, tuple[str, ...]]:
+        return model.saturation, model.saturation_warnings
+
+    def analyze(
+        self, model: ModelInput, config: SaturationConfig, memory: NotReporting, now_s: float
+    ) -> Analysis[NotReporting]:
+        pods = model.all_pods()
+        analysis = measure(pods, cfg=config, costs={v.key.name: v.spec.cost for v in model.views})
+        states = {view.key.name: _replica_state(view, model.previous.get(view.key.name)) for view in model.views}
+        namespace = model.model.namespace
+        result = calculate_targets(
+            analysis,
+            list(states.values()),
+            now_s=now_s,
+            transition_timeout_s=config.transition_timeout_s,
+            not_reporting={k.name: seen for k, seen in memory.items() if k.namespace == namespace},
+            hold_reasons=model.hold_reasons,
+        )
+        proposal = dict(result.targets)
+        for name, state in states.items():  # a variant without metrics holds its previous desired, else current
+            if name not in proposal:
+                prev = model.previous.get(name)
+                proposal[name] = (
+                    prev.num_replicas if prev is not None and prev.num_replicas > 0 else state.current_replicas
+                )
+        signal = CapacitySignal(
+            model=model.model,
+            analyzer=AnalyzerName.SATURATION_PERCENTAGE,
+            unit=CapacityUnit.REPLICAS,
+            required=float(analysis.should_scale_up),
+            spare=float(analysis.scale_down_safe),
+            variants=tuple(
+                supply_of(view, per_replica_capacity=1.0, demand=replica_load(pods, view.key.name, config))
+                for view in model.views
+            ),
+            priority=config.priority,
+            proposal=proposal,
+            spare_fraction=analysis.avg_spare_kv,
+            analysis=analysis.as_dict(),
+        )
+        return Analysis.measured(
+            signal,
+            Wording(result, states, analysis.scale_up_reason, model.previous),
+            notes=result.notes,
+            held=result.block_reasons,
+            memory={VariantKey(namespace, name): seen for name, seen in result.not_reporting.items()},
+        )
+
+
+def _replica_state(view: VariantView, previous: DesiredAlloc | None) -> VariantReplicaState:
+    target = view.target
+    return VariantReplicaState(
+        name=view.key.name,
+        cost=view.spec.cost,
+        current_replicas=target.replicas if target else 0,
+        desired_replicas=previous.num_replicas if previous else 0,
+        pending_replicas=target.pending_replicas if target else 0,
+        min_replicas=view.spec.min_replicas,
+        max_replicas=view.spec.max_replicas,
+        desired_since_s=previous.last_update_s if previous else None,
+    )
+
+
+def replica_load(pods: Sequence[PodMetrics], variant: str, cfg: SaturationConfig) -> float:
+    """The demand of a variant's pods in replicas' worth (what the recommender samples): each pod counts
+    max(kv_cache_usage / kvCacheThreshold, queue_length / queueLengthThreshold), so a pod exactly at its
+    saturation threshold is one replica of demand. Example (0.80 / 5): kv 0.4, queue 5 → max(0.5, 1.0) = 1.0."""
+    load = 0.0
+    for pod in pods:
+        if pod.variant != variant:
+            continue
+        kv = (pod.kv_cache_usage or 0.0) / cfg.kv_cache_threshold if cfg.kv_cache_threshold > 0 else 0.0
+        queue = (pod.queue_length or 0.0) / cfg.queue_length_threshold if cfg.queue_length_threshold > 0 else 0.0
+        load += max(kv, queue)
+    return load
+
+
+@dataclass(frozen=True, slots=True)
+class Wording:
+    """Seed 000's reasons for the ±1 decisions, after the GPU limiter had its say."""
+
+    result: TargetResult
+    states: Mapping[str, VariantReplicaState]
+    scale_up_reason: str
+    previous: Mapping[str, DesiredAlloc | None]
+    condition_reason: str = "SaturationOnlyMode"
+    condition_prefix: str = "saturation-only decision: "
+
+    def reasons(self, targets: Mapping[str, int], limited: Mapping[str, str], optimizer: str) -> dict[str, str]:
+        del optimizer  # V1 proposes its own targets; no optimizer to name
+        result = self.result
+        reasons: dict[str, str] = {}
+        for name, s in self.states.items():
+            prev = self.previous.get(name)
+            if name not in result.targets:
+                reasons[name] = f"{LABEL}: holding {targets[name]} (no metrics from this variant's pods)"
+                continue
+            action = Action.of(target=targets[name], current=s.current_replicas)
+            if result.blocked and prev is not None and targets[name] == prev.num_replicas and prev.reason:
+                reasons[name] = prev.reason  # a held transition keeps its reason (and its lastUpdate)
+            elif result.blocked:
+                reasons[name] = f"{LABEL}: {action} (model in transition)"
+            elif name == result.scaled and action is Action.SCALE_UP:
+                reasons[name] = f"{LABEL}: {action} ({self.scale_up_reason})"
+            elif name == result.scaled and name in limited:
+                reasons[name] = f"{LABEL}: {action} ({self.scale_up_reason}; {limited[name]})"
+            else:
+                reasons[name] = f"{LABEL}: {action}"
+        return reasons
+
+    def enforced(self, action: Action, applied: str, optimizer: str) -> str:
+        del optimizer  # V1 proposes its own targets; no optimizer to name
+        return f"{LABEL}: {action} (enforced: {applied})"
+
+
+@dataclass(frozen=True, slots=True)
+class NotReportingMemory:
+    """Only this cycle's observations carry over: a variant whose pods all report again is forgotten.
+
+    JSON (`engine_state.not_reporting`): {"ns/va": {"current", "reporting", "since_s"}}."""
+
+    section: str = "not_reporting"
+
+    def empty(self) -> NotReporting:
+        return {}
+
+    def next(
+        self, previous: NotReporting, updates: Sequence[NotReporting], *, decided: AbstractSet[VariantKey], now_s: float
+    ) -> NotReporting:
+        del previous, decided, now_s  # only what this cycle observed carries over
+        merged: dict[VariantKey, NotReportingSince] = {}
+        for update in updates:
+            merged.update(update)
+        return merged
+
+    def to_json(self, memory: NotReporting) -> dict[str, Any]:
+        return {
+            str(k): {"current": n.current, "reporting": n.reporting, "since_s": n.since_s}
+            for k, n in sorted(memory.items())
+        }
+
+    def from_json(self, doc: Any, path: str) -> NotReporting:
+        out: dict[VariantKey, NotReportingSince] = {}
+        for key, raw in state_json.obj(doc, path).items():
+            where = f"{path}[{key!r}]"
+            entry = state_json.obj(raw, where, {"current", "reporting", "since_s"})
+            out[state_json.variant_key(key, path)] = NotReportingSince(
+                state_json.count(entry, "current", where),
+                state_json.count(entry, "reporting", where),
+                state_json.number(entry, "since_s", where),
+            )
+        return out
+
+
+# ---- seed 000: the analysis of the model's pods ---------------------------------------------------------------
 
 MIN_NON_SATURATED_FOR_SCALE_DOWN = 2
 
@@ -82,7 +268,7 @@ def _valid(value: float | None) -> float:
     return 0.0 if value is None else value
 
 
-def analyze(pods: Iterable[PodMetrics], *, cfg: SaturationConfig, costs: Mapping[str, float]) -> SaturationAnalysis:
+def measure(pods: Iterable[PodMetrics], *, cfg: SaturationConfig, costs: Mapping[str, float]) -> SaturationAnalysis:
     """Analyse the model's reporting pods. `pods` must hold only finite, non-negative kv/queue values."""
     by_variant: dict[str, list[PodMetrics]] = {}
     for pod in pods:
@@ -279,5 +465,4 @@ def calculate_targets(
     return TargetResult(targets, False, (), tuple(notes), scaled, still_not_reporting)
 
 
-def finite_non_negative(value: float | None) -> bool:
-    return value is None or (math.isfinite(value) and value >= 0)
+ANALYZER = SaturationPercentage()

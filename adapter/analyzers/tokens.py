@@ -31,6 +31,10 @@ zeroes demand under load on emulators) but sized from the variant's remembered c
 metrics is never "free" (its capacity stays unknown, so the optimizer never picks it blind); the EPP queue
 demand is actually fed (upstream's engine never populates it); remembered capacities expire after
 `CAPACITY_EVICTION_S` and k2 history after `HISTORY_EVICTION_S` (upstream declares but never calls eviction).
+
+The analyzer (`ANALYZER`, adapter.analyzers.protocol) hands the allocation step a capacity signal in tokens; its
+memory (`TokenMemory`: k2 history, each variant's last measured capacity) sizes replicas without KV data and
+variants at zero replicas.
 """
 
 from __future__ import annotations
@@ -38,18 +42,24 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from adapter.analyzers import memory as state_json
+from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
 from adapter.config.configmaps import SaturationConfig
 from adapter.domain.accelerators import normalize_accelerator
-from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, Role, VariantSupply
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, Role, VariantSupply, supply_of
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import ModelTraffic, PodMetrics, VariantView, VllmArgs
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+LABEL = "V2"
+"""How reasons name this analyzer."""
 
 ROLLING_WINDOW = 10
 """k2 observations kept per history key (upstream RollingAverageWindowSize)."""
@@ -200,7 +210,39 @@ class _VariantResult:
     source: str
 
 
-def analyze(
+@dataclass(frozen=True, slots=True)
+class TokenBased:
+    """The token-based analyzer (V2) as the engine calls it."""
+
+    name: AnalyzerName = AnalyzerName.SATURATION_TOKEN
+
+    @property
+    def memory(self) -> TokenMemoryKind:
+        return TokenMemoryKind()
+
+    def configure(self, model: ModelInput) -> tuple[SaturationConfig, tuple[str, ...]]:
+        return model.saturation, model.saturation_warnings
+
+    def analyze(
+        self, model: ModelInput, config: SaturationConfig, memory: TokenMemory, now_s: float
+    ) -> Analysis[TokenMemory]:
+        roles = {v.key.name: Role(v.target.role) if v.target and v.target.role else Role.BOTH for v in model.views}
+        outcome, update = measure(
+            model.model,
+            model.views,
+            model.pods,
+            cfg=config,
+            traffic=model.traffic,
+            roles=roles,
+            memory=memory,
+            now_s=now_s,
+        )
+        if isinstance(outcome, NoSignal):
+            return Analysis.unmeasured(outcome.reason, memory=update)
+        return Analysis.measured(outcome, CapacityWording(LABEL, outcome), notes=outcome.notes, memory=update)
+
+
+def measure(
     model: ModelKey,
     views: Sequence[VariantView],
     pods_by_variant: Mapping[str, Sequence[PodMetrics]],
@@ -298,9 +340,6 @@ def _measure_variant(
             notes.append(f"{view.key.name}/{pod.pod}: no KV-cache size (cache_config_info) and none remembered")
             continue
         replicas.append(rc)
-    current = target.replicas if target else 0
-    pending = target.pending_replicas if target else 0
-    ready = max(0, current - pending)
     if replicas:
         per_replica = integer_median([r.capacity_tokens for r in replicas])
         source = "+".join(sorted({r.k2_source for r in replicas}))
@@ -311,21 +350,10 @@ def _measure_variant(
         per_replica, source = remembered.per_replica_tokens, "remembered"
     else:
         per_replica, source = _estimate(vllm, averages, cfg), "derived-from-args"
-    supply = VariantSupply(
-        name=view.key.name,
-        cost=view.spec.cost,
-        per_replica_capacity=float(per_replica),
-        current_replicas=current,
-        min_replicas=view.spec.min_replicas,
-        max_replicas=view.spec.max_replicas,
-        ready_replicas=ready,
-        pending_replicas=pending,
-        gpus_per_replica=max(1, target.gpus_per_replica) if target else 1,
-        accelerator=accelerator,
-        role=role,
-        demand=sum(r.demand_tokens for r in replicas),
+    supply = supply_of(
+        view, per_replica_capacity=float(per_replica), demand=sum(r.demand_tokens for r in replicas), role=role
     )
-    return _VariantResult(supply, ready * per_replica, source)
+    return _VariantResult(supply, supply.ready_replicas * per_replica, source)
 
 
 def _signal(
@@ -427,3 +455,63 @@ def _queue_demand(traffic: ModelTraffic | None, averages: _Averages) -> tuple[fl
         max(size_bytes / BYTES_PER_TOKEN, size * averages.input_tokens) * (1 - hit),
         size * averages.output_tokens,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenMemoryKind:
+    """Every model's update merged, then entries past their eviction age dropped (`TokenMemory.updated`).
+
+    JSON (`engine_state.tokens`):
+    {"k2_history": {"<model>|<accelerator>|<bucket>": {"samples_tokens": [..], "updated_s"}},
+     "capacity":   {"ns/va": {"per_replica_tokens", "total_kv_tokens", "measured_s"}}}"""
+
+    section: str = "tokens"
+
+    def empty(self) -> TokenMemory:
+        return TokenMemory()
+
+    def next(
+        self, previous: TokenMemory, updates: Sequence[TokenMemory], *, decided: AbstractSet[VariantKey], now_s: float
+    ) -> TokenMemory:
+        del decided  # keyed by model and accelerator; entries expire by age instead
+        return previous.updated(updates, now_s)
+
+    def to_json(self, memory: TokenMemory) -> dict[str, Any]:
+        return {
+            "k2_history": {
+                k: {"samples_tokens": list(h.samples_tokens), "updated_s": h.updated_s}
+                for k, h in sorted(memory.k2_history.items())
+            },
+            "capacity": {
+                str(k): {
+                    "per_replica_tokens": r.per_replica_tokens,
+                    "total_kv_tokens": r.total_kv_tokens,
+                    "measured_s": r.measured_s,
+                }
+                for k, r in sorted(memory.capacity.items())
+            },
+        }
+
+    def from_json(self, doc: Any, path: str) -> TokenMemory:
+        top = state_json.obj(doc, path, {"k2_history", "capacity"})
+        history = {}
+        for key, raw in state_json.obj(top.get("k2_history", {}), f"{path}.k2_history").items():
+            where = f"{path}.k2_history[{key!r}]"
+            entry = state_json.obj(raw, where, {"samples_tokens", "updated_s"})
+            samples = entry.get("samples_tokens")
+            if not isinstance(samples, list) or not all(type(x) is int and x >= 0 for x in samples):
+                raise state_json.StateFormatError(f"{where}.samples_tokens", "must be a list of non-negative integers")
+            history[key] = K2History(tuple(samples), state_json.number(entry, "updated_s", where))
+        capacity = {}
+        for key, raw in state_json.obj(top.get("capacity", {}), f"{path}.capacity").items():
+            where = f"{path}.capacity[{key!r}]"
+            entry = state_json.obj(raw, where, {"per_replica_tokens", "total_kv_tokens", "measured_s"})
+            capacity[state_json.variant_key(key, f"{path}.capacity")] = CapacityRecord(
+                state_json.count(entry, "per_replica_tokens", where),
+                state_json.count(entry, "total_kv_tokens", where),
+                state_json.number(entry, "measured_s", where),
+            )
+        return TokenMemory(history, capacity)
+
+
+ANALYZER = TokenBased()

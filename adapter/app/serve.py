@@ -9,6 +9,11 @@
 Each long-running part is a named task; the first one to fail stops the rest and the process exits non-zero,
 so Kubernetes restarts it. SIGTERM drains: servers stop, the Lease is released for an immediate hand-over.
 
+Kept current without a restart (`adapter.app.access`, `adapter.app.live`): the front-proxy client CA and allowed
+names (`kube-system/extension-apiserver-authentication`), the serving certificate files, and the live settings
+of `wva-variantautoscaling-config` (the others are reported as needing a restart). VA status writes go through
+`DecisionEvents`, which records Kubernetes Events when a decision changes.
+
 Shutdown is bounded whatever the apiserver, Prometheus or clients do (issue 19: against an apiserver that
 accepted connections and never answered, `serve` used to exit 57 s after SIGTERM, its REST timeout, beyond
 the Deployment's 30 s grace period):
@@ -29,19 +34,27 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sys
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapter.app.access import Access, build_access, export_access_metrics, follow_certificate, follow_requestheader
+from adapter.app.live import (
+    ConfigReporter,
+    LiveSettings,
+    SwitchableMetrics,
+    export_config_metrics,
+    follow_main_configmap,
+)
 from adapter.app.signals import stop_on_signals
 from adapter.config.files import MAX_KUBECONFIG_BYTES, MAX_PEM_BYTES, MAX_TOKEN_BYTES, check_file, read_bounded
 from adapter.config.settings import MAIN_CONFIGMAP, Settings
 from adapter.domain.errors import AdapterError, ConfigError, KubeNotFound
-from adapter.k8s.authz import SubjectAccessReviewAuthorizer, load_requestheader_config
 from adapter.k8s.client import KubeClient
+from adapter.k8s.events import DecisionEvents, EventRecorder, KubeEventSink
 from adapter.k8s.inventory import Inventory, InventoryOptions
 from adapter.k8s.leader import LeaderElectionOptions, LeaderElector
 from adapter.k8s.resources import CONFIGMAPS
@@ -50,19 +63,12 @@ from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.epp import EppScraper
 from adapter.metrics.queries import ALL_QUERIES, QueryWindows
 from adapter.reconciler.loop import Reconciler, ReconcilerOptions
-from adapter.reconciler.ports import AlwaysLeader, Leadership
+from adapter.reconciler.ports import AlwaysLeader, Leadership, MetricsSource
 from adapter.replay.recorder import FlightRecorder
-from adapter.servers.auth import (
-    Authenticator,
-    Authorizer,
-    CachingAuthorizer,
-    RequestHeaderAuthenticator,
-    requestheader_config_from_configmap,
-)
 from adapter.servers.external_metrics import build_external_metrics_app, start_https_server
 from adapter.servers.keda import start_keda_server
 from adapter.servers.telemetry import Telemetry, build_telemetry_app, start_http_server
-from adapter.servers.tls import serving_tls
+from adapter.servers.tls import ServingTLS, serving_tls
 from adapter.store import DecisionStore
 
 log = logging.getLogger("wva-adapter")
@@ -178,15 +184,17 @@ async def _serve(
     running: asyncio.Event,
 ) -> int:
     check_files(settings)
-    prometheus_token = _token(settings)  # read before anything waits on the network
+    _token(settings)  # refused (not a regular file, too large) before anything waits on the network
     client = await KubeClient.connect(
         kubeconfig=str(settings.kubeconfig) if settings.kubeconfig else None,
         request_timeout_s=settings.rest_client_timeout_s,
     )
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(client.close)
+        main_data: dict[str, str] = {}
         if reload is not None:
-            settings = reload(await _main_configmap(client, settings.controller_namespace))
+            main_data = await _main_configmap(client, settings.controller_namespace)
+            settings = reload(main_data)
         if settings.prometheus_url is None:
             raise ConfigError("--prometheus-url (env PROMETHEUS_BASE_URL) is required by serve")
         inventory = Inventory(
@@ -198,111 +206,117 @@ async def _serve(
         )
         await inventory.start()
         stack.push_async_callback(inventory.stop, timeout_s=0.5)
-        leadership: Leadership
-        elector: LeaderElector | None = None
-        if settings.leader_elect:
-            elector = LeaderElector(
-                client,
-                LeaderElectionOptions(
-                    namespace=settings.controller_namespace,
-                    name=settings.leader_election_id,
-                    lease_duration_s=settings.leader_election_lease_duration_s,
-                    renew_deadline_s=settings.leader_election_renew_deadline_s,
-                    retry_period_s=settings.leader_election_retry_period_s,
-                    release_timeout_s=RELEASE_BUDGET_S,
-                ),
-            )
-            leadership = elector
-        else:
-            leadership = AlwaysLeader()
-        collector = PrometheusCollector(
-            settings.prometheus_url,
-            timeout_s=settings.prometheus_timeout_s,
-            bearer_token=prometheus_token,
-            ca_file=str(settings.prometheus_ca_file) if settings.prometheus_ca_file else None,
-            insecure_skip_verify=settings.prometheus_insecure_skip_verify,
-            client_cert=_client_cert(settings),
-            # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
-            # rates and latencies. V1-only collection (SATURATION_V1_QUERIES) costs half at 1,000 VAs
-            # (tests/bench_collect.py) but would starve the other analyzers.
-            metrics=ALL_QUERIES,
-            windows=QueryWindows(saturation_s=settings.saturation_window_s),
-        )
+        elector = _elector(client, settings)
+        leadership: Leadership = elector if elector is not None else AlwaysLeader()
+        collector = SwitchableMetrics(_collector(settings), close=_close_collector)
         stack.callback(collector.close)
         epp = EppScraper(bearer_token=settings.epp_bearer_token)
         stack.push_async_callback(epp.close)
         store = DecisionStore()
         telemetry = Telemetry(store)
+        events = EventRecorder(KubeEventSink(client), instance=f"{SERVICE_NAME}-{socket.gethostname()}")
+        _export_event_metrics(telemetry, events)
         reconciler = Reconciler(
             cluster=inventory,
             metrics=collector,
             epp=epp,
-            status=StatusWriter(client, lookup=inventory.stored_status),
+            status=DecisionEvents(
+                StatusWriter(client, lookup=inventory.stored_status), events, uid_of=inventory.va_uid
+            ),
             leadership=leadership,
             store=store,
-            options=ReconcilerOptions(
-                controller_namespace=settings.controller_namespace,
-                interval_s=settings.engine_interval_s,
-                wake_interval_s=settings.scale_from_zero_interval_s,
-                scale_to_zero_env="true" if settings.scale_to_zero else None,
-            ),
+            options=_reconciler_options(settings),
             observer=telemetry,
             recorder=_recorder(settings, telemetry),
         )
-        authenticator, authorizer, client_ca = await _auth(settings, client)
+        live = LiveSettings(
+            settings,
+            reload or (lambda _data: settings),
+            apply_prometheus=lambda new: collector.switch(_collector(new)),
+            apply_reconciler=lambda new: reconciler.update_options(_reconciler_options(new)),
+            report=(reporter := ConfigReporter(events)),
+            data=main_data,
+        )
+        export_config_metrics(telemetry, live)
+        access = await build_access(settings, client)
         tls = serving_tls(
             cert_file=settings.tls_cert_file,
             key_file=settings.tls_private_key_file,
             service=SERVICE_NAME,
             namespace=settings.controller_namespace,
-            client_ca_pem=client_ca,
+            client_ca_pem=access.client_ca_pem,
             directory=None,  # a fresh temp dir per process (/tmp is an emptyDir in the manifests)
         )
-        https = await start_https_server(
-            build_external_metrics_app(store, authenticator=authenticator, authorizer=authorizer),
-            host=settings.bind_address,
-            port=settings.secure_port,
-            ssl_context=tls.context,
-            shutdown_timeout_s=DRAIN_S,
-        )
-        servers: list[Callable[[], Awaitable[None]]] = [https.close]
+        export_access_metrics(telemetry, access, tls.dynamic)
+        servers: list[Callable[[], Awaitable[None]]] = []
         stack.push_async_callback(_stop_all, servers)
-        grpc_host, grpc_port = split_address(settings.keda_grpc_address, what="--keda-grpc-address")
-        keda = await start_keda_server(store, address=f"{grpc_host}:{grpc_port}")
-        servers.append(lambda: keda.stop(DRAIN_S))
-        metrics_host, metrics_port = split_address(settings.metrics_bind_address, what="--metrics-bind-address")
-        metrics = await start_http_server(
-            build_telemetry_app(telemetry.registry, ready=lambda: reconciler.ready, serve_health=False),
-            host=metrics_host,
-            port=metrics_port,
-            shutdown_timeout_s=DRAIN_S,
+        endpoints = await _start_servers(
+            settings, servers, store=store, telemetry=telemetry, reconciler=reconciler, access=access, tls=tls
         )
-        servers.append(metrics.stop)
-        health_host, health_port = split_address(settings.health_probe_bind_address, what="--health-probe-bind-address")
-        health = await start_http_server(
-            build_telemetry_app(telemetry.registry, ready=lambda: reconciler.ready, serve_metrics=False),
-            host=health_host,
-            port=health_port,
-            shutdown_timeout_s=DRAIN_S,
-        )
-        servers.append(health.stop)
         log.info(
-            "serving: external metrics https://%s:%d, KEDA %s:%d, metrics :%d, probes :%d; leader election %s",
-            settings.bind_address, https.port, grpc_host, keda.port, metrics.port, health.port,
-            "on" if elector else "off",
+            "serving: external metrics https://%s:%d, KEDA :%d, metrics :%d, probes :%d; leader election %s",
+            settings.bind_address, endpoints.https_port, endpoints.grpc_port, endpoints.metrics_port,
+            endpoints.health_port, "on" if elector else "off",
         )  # fmt: skip
         if on_started is not None:
-            on_started(ServeEndpoints(https.port, keda.port, metrics.port, health.port, store, reconciler))
+            on_started(endpoints)
         tasks: list[Coroutine[Any, Any, None]] = [
             reconciler.run(stop),
             _follow_status(inventory, reconciler, stop),
             _wait(stop),
+            events.run(),
+            follow_requestheader(client, access, tls.dynamic),
         ]
+        if not tls.generated:
+            tasks.append(follow_certificate(tls.dynamic))
+        if reload is not None:
+            tasks.append(follow_main_configmap(client, settings.controller_namespace, live, reporter))
         if elector is not None:
             tasks.append(elector.run())
         running.set()
         return await _supervise(tasks, stop)
     return 0
+
+
+async def _start_servers(
+    settings: Settings,
+    servers: list[Callable[[], Awaitable[None]]],
+    *,
+    store: DecisionStore,
+    telemetry: Telemetry,
+    reconciler: Reconciler,
+    access: Access,
+    tls: ServingTLS,
+) -> ServeEndpoints:
+    """The HTTPS, gRPC, metrics and probe servers; each one's stop is appended to `servers` as soon as it runs
+    (the caller stops them all at once, each draining at most DRAIN_S)."""
+    https = await start_https_server(
+        build_external_metrics_app(store, authenticator=access.authenticator, authorizer=access.authorizer),
+        host=settings.bind_address,
+        port=settings.secure_port,
+        ssl_context=tls.context,
+        shutdown_timeout_s=DRAIN_S,
+    )
+    servers.append(https.close)
+    grpc_host, grpc_port = split_address(settings.keda_grpc_address, what="--keda-grpc-address")
+    keda = await start_keda_server(store, address=f"{grpc_host}:{grpc_port}")
+    servers.append(lambda: keda.stop(DRAIN_S))
+    ports = []
+    for address, flag, kind in (
+        (settings.metrics_bind_address, "--metrics-bind-address", "metrics"),
+        (settings.health_probe_bind_address, "--health-probe-bind-address", "health"),
+    ):
+        host, port = split_address(address, what=flag)
+        app = build_telemetry_app(
+            telemetry.registry,
+            ready=lambda: reconciler.ready,
+            serve_health=kind == "health",
+            serve_metrics=kind == "metrics",
+        )
+        server = await start_http_server(app, host=host, port=port, shutdown_timeout_s=DRAIN_S)
+        servers.append(server.stop)
+        ports.append(server.port)
+    return ServeEndpoints(https.port, keda.port, ports[0], ports[1], store, reconciler)
 
 
 async def _stop_all(servers: list[Callable[[], Awaitable[None]]]) -> None:
@@ -311,6 +325,23 @@ async def _stop_all(servers: list[Callable[[], Awaitable[None]]]) -> None:
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             log.error("a server did not stop cleanly: %r", result)
+
+
+def _elector(client: KubeClient, settings: Settings) -> LeaderElector | None:
+    """The Lease candidate with `--leader-elect`; None without (this replica always leads)."""
+    if not settings.leader_elect:
+        return None
+    return LeaderElector(
+        client,
+        LeaderElectionOptions(
+            namespace=settings.controller_namespace,
+            name=settings.leader_election_id,
+            lease_duration_s=settings.leader_election_lease_duration_s,
+            renew_deadline_s=settings.leader_election_renew_deadline_s,
+            retry_period_s=settings.leader_election_retry_period_s,
+            release_timeout_s=RELEASE_BUDGET_S,
+        ),
+    )
 
 
 async def _main_configmap(client: KubeClient, namespace: str) -> dict[str, str]:
@@ -323,25 +354,64 @@ async def _main_configmap(client: KubeClient, namespace: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
+def _collector(settings: Settings) -> PrometheusCollector:
+    """The Prometheus collector for `settings` (at start, and again when the live settings change it)."""
+    if settings.prometheus_url is None:
+        raise ConfigError("--prometheus-url (env PROMETHEUS_BASE_URL) is required by serve")
+    return PrometheusCollector(
+        settings.prometheus_url,
+        timeout_s=settings.prometheus_timeout_s,
+        bearer_token=_token(settings),
+        ca_file=str(settings.prometheus_ca_file) if settings.prometheus_ca_file else None,
+        insecure_skip_verify=settings.prometheus_insecure_skip_verify,
+        client_cert=_client_cert(settings),
+        # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
+        # rates and latencies. V1-only collection (kv, queue, EPP, request count) costs half at 1,000 VAs
+        # (tests/bench_collect.py) but would starve the other analyzers.
+        metrics=ALL_QUERIES,
+        windows=QueryWindows(saturation_s=settings.saturation_window_s),
+    )
+
+
+def _close_collector(source: MetricsSource) -> None:
+    if isinstance(source, PrometheusCollector):
+        source.close()
+
+
+def _reconciler_options(settings: Settings) -> ReconcilerOptions:
+    return ReconcilerOptions(
+        controller_namespace=settings.controller_namespace,
+        interval_s=settings.engine_interval_s,
+        wake_interval_s=settings.scale_from_zero_interval_s,
+        scale_to_zero_env="true" if settings.scale_to_zero else None,
+    )
+
+
+def _export_event_metrics(telemetry: Telemetry, events: EventRecorder) -> None:
+    stats = events.stats
+    telemetry.add_family(
+        "wva_events",
+        "Kubernetes Events about decisions, by outcome: created, series (a series' count written), aggregated "
+        "(counted into a series without a write), rate_limited, queue_full, failed.",
+        kind="counter",
+        labelnames=("outcome",),
+        read=lambda: {
+            ("created",): stats.created,
+            ("series",): stats.series_patches,
+            ("aggregated",): stats.aggregated,
+            ("rate_limited",): stats.rate_limited,
+            ("queue_full",): stats.queue_full,
+            ("failed",): stats.failed,
+        },
+    )
+
+
 def _client_cert(settings: Settings) -> tuple[str, str] | None:
     if settings.prometheus_client_cert is None:
         return None
     if settings.prometheus_client_key is None:
         raise ConfigError("--prometheus-client-cert needs --prometheus-client-key")
     return str(settings.prometheus_client_cert), str(settings.prometheus_client_key)
-
-
-AuthParts = tuple[Authenticator | None, Authorizer | None, str | bytes | None]
-
-
-async def _auth(settings: Settings, client: KubeClient) -> AuthParts:
-    """Front-proxy authentication from kube-system/extension-apiserver-authentication, SAR authorization."""
-    if settings.authentication_skip_lookup:
-        log.warning("--authentication-skip-lookup: External Metrics API requests are not authenticated")
-        return None, None, None
-    config = await load_requestheader_config(client, requestheader_config_from_configmap)
-    authorizer = CachingAuthorizer(SubjectAccessReviewAuthorizer(client), clock=time.monotonic)
-    return RequestHeaderAuthenticator(config), authorizer, config.client_ca_pem
 
 
 async def _follow_status(inventory: Inventory, reconciler: Reconciler, stop: asyncio.Event) -> None:

@@ -68,9 +68,9 @@ class SaturationEntry(_Entry):
     scale_down_boundary: float | None = Field(default=None, alias="scaleDownBoundary", gt=0, le=1)
     enable_limiter: bool | None = Field(default=None, alias="enableLimiter")
     optimizer: Literal["", "greedy", "exact"] | None = None
+    """Ours: "exact" allocates with one MILP for all models instead of the greedy optimizers."""
     scale_down_floor: Literal["", "recommender"] | None = Field(default=None, alias="scaleDownFloor")
     """Ours: "recommender" never scales the model below the recommender's short-history lower bound."""
-    """Ours: "exact" allocates with one MILP for all models instead of the greedy optimizers."""
     priority: float | None = Field(default=None, ge=0)
     transition_timeout: str | None = Field(default=None, alias="transitionTimeout")
     """Ours: how long a requested transition may stay unapplied before it stops blocking the model."""
@@ -142,11 +142,28 @@ class SaturationConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class AllocationConfig:
-    """Cluster-wide allocation mode (see `ConfigSet.allocation`)."""
+class AllocationMode:
+    """How the allocation step buys capacity, cluster-wide (`ConfigSet.allocation`); the one type for the choice.
 
-    enable_limiter: bool = False
+    enableLimiter  optimizer   scale-up                                          `optimizer` (in reasons)
+    false          greedy      cheapest capacity first, GPUs unlimited             cost-aware
+    true           greedy      fair share of the free GPUs, one replica per step    greedy-by-score
+    either         exact       one MILP (with the GPU constraints when limited)     exact-milp
+    """
+
+    limiter: bool = False
     exact: bool = False
+
+    @property
+    def optimizer(self) -> str:
+        if self.exact:
+            return "exact-milp"
+        return "greedy-by-score" if self.limiter else "cost-aware"
+
+    @property
+    def greedy(self) -> AllocationMode:
+        """The greedy mode with the same limiter: what the exact mode falls back to without a solution."""
+        return AllocationMode(self.limiter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,14 +340,14 @@ class ConfigSet:
             cfg = replace(cfg, scale_up_threshold=0.85, scale_down_boundary=0.70)
         return cfg, warnings
 
-    def allocation(self) -> AllocationConfig:
+    def allocation(self) -> AllocationMode:
         """The allocation mode, from the global saturation ConfigMap's `default` entry only: GPU pools are
         shared by every namespace, so no namespace-local ConfigMap may switch the limiter off (or on)."""
         cm = self.configmaps.get((self.controller_namespace, SATURATION_CM))
         entry = cm.default if cm is not None else None
         if entry is None:
-            return AllocationConfig()
-        return AllocationConfig(bool(entry.enable_limiter), entry.optimizer == "exact")
+            return AllocationMode()
+        return AllocationMode(bool(entry.enable_limiter), entry.optimizer == "exact")
 
     def scale_to_zero(self, model: ModelKey) -> tuple[ScaleToZeroConfig, list[str]]:
         """Enabled: per-model entry > global/local default > WVA_SCALE_TO_ZERO env > off (seed 001)."""

@@ -28,6 +28,7 @@ from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import (
     Condition,
     ConditionType,
+    DecisionPath,
     DesiredAlloc,
     Recommendation,
     VariantSpec,
@@ -156,6 +157,14 @@ def _time(value: Any) -> float | None:
     return parse_rfc3339_s(str(value))
 
 
+def _path(value: Any) -> DecisionPath:
+    """The persisted path; a status without one (an older release, upstream WVA) reads as unknown."""
+    try:
+        return DecisionPath(value)
+    except ValueError:
+        return DecisionPath.UNKNOWN
+
+
 def status_from_dict(raw: Mapping[str, Any]) -> VariantStatus:
     """Read `status` as the API returns it. Malformed timestamps raise ValueError naming the value."""
     alloc = raw.get("desiredOptimizedAlloc") or {}
@@ -168,6 +177,7 @@ def status_from_dict(raw: Mapping[str, Any]) -> VariantStatus:
             last_run_time_s=last_run if last_run is not None else 0.0,
             last_update_s=_time(alloc.get("lastUpdate")),
             accelerator=str(alloc.get("accelerator", "")),
+            path=_path(alloc.get("path")),
         )
     conditions = []
     for cond in raw.get("conditions") or []:
@@ -232,6 +242,8 @@ def status_to_dict(status: VariantStatus, *, previous: Mapping[str, Any] | None 
             alloc["lastUpdate"] = format_rfc3339(desired.last_update_s)
         if desired.accelerator:
             alloc["accelerator"] = desired.accelerator
+        if desired.path is not DecisionPath.UNKNOWN:
+            alloc["path"] = str(desired.path)
         out["desiredOptimizedAlloc"] = alloc
     if status.applied is not None:
         out["actuation"] = {"applied": status.applied}

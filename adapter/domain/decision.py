@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import Condition, Recommendation
+from adapter.domain.snapshot import Condition, DecisionPath, DesiredAlloc, Recommendation
 
 
 class Action(StrEnum):
@@ -30,13 +30,13 @@ class Action(StrEnum):
         return cls.NO_CHANGE
 
 
-class DecisionPath(StrEnum):
-    """Which rung of the seed-002 hierarchy produced the decision."""
+class CycleKind(StrEnum):
+    """What produced a cycle's decisions."""
 
-    OPTIMIZER = "optimizer"
-    FALLBACK = "fallback"
-    LAST_RESORT = "last-resort"
+    DECIDE = "decide"
+    """A full engine cycle: every VA decided (`engine.decide`)."""
     SCALE_FROM_ZERO = "scale-from-zero"
+    """A scale-from-zero poll between cycles: only woken VAs (`engine.wake`)."""
 
 
 class AnalyzerName(StrEnum):
@@ -124,9 +124,13 @@ class CycleResult:
     analyses: Mapping[ModelKey, ModelAnalysis]
     warnings: tuple[str, ...] = ()
     errors: Mapping[ModelKey, str] = field(default_factory=dict)
+    """Models whose decision raised (a bug): held at their previous allocation, the error in their reason."""
     gpu_pools: Mapping[str, GpuPoolUsage] = field(default_factory=dict)
     """Per normalised accelerator (nodes with GPUs, or VAs that name one)."""
     learned: Mapping[VariantKey, Mapping[str, Any]] = field(default_factory=dict)
     """Sections of `status.learned` this cycle rewrites, per VA (other sections are kept)."""
     recommendations: Mapping[VariantKey, Recommendation] = field(default_factory=dict)
-    """Models whose decision raised (a bug): held at their previous allocation, the error in their reason."""
+    allocations: Mapping[VariantKey, DesiredAlloc] = field(default_factory=dict)
+    """Each decision as persisted (`status.desiredOptimizedAlloc`) and remembered (`EngineState.allocations`):
+    computed once, so the two never disagree on `lastUpdate`."""
+    kind: CycleKind = CycleKind.DECIDE

@@ -35,6 +35,18 @@ class Condition:
     last_transition_s: float | None = None
 
 
+class DecisionPath(StrEnum):
+    """Which rung of the seed-002 hierarchy produced a decision (persisted with it, so followers serve it)."""
+
+    OPTIMIZER = "optimizer"
+    FALLBACK = "fallback"
+    LAST_RESORT = "last-resort"
+    SCALE_FROM_ZERO = "scale-from-zero"
+    UNKNOWN = "unknown"
+    """Read from a status written without a path (an older release, or upstream WVA); the leader's next write
+    records it."""
+
+
 @dataclass(frozen=True, slots=True)
 class DesiredAlloc:
     """`status.desiredOptimizedAlloc` of a VA: the engine's last decision, as persisted."""
@@ -45,6 +57,8 @@ class DesiredAlloc:
     last_update_s: float | None
     """When `num_replicas` or the reason (its template, not its numbers) last changed; None = never set."""
     accelerator: str = ""
+    path: DecisionPath = DecisionPath.UNKNOWN
+    """How the decision was reached; what a follower serves as the decision's path."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapter.config.configmaps import ScaleToZeroConfig
-from adapter.domain.decision import DecisionPath
-from adapter.domain.snapshot import DesiredAlloc
+from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.domain.timefmt import format_duration, format_duration_short
 from adapter.enforcer.scale_to_zero import VariantBounds, cheapest
 

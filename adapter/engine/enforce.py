@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from adapter.domain.capacity import CapacitySignal
-from adapter.domain.decision import Action, AnalyzerName, DecisionPath, VariantDecision, reason_family
-from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, ModelTraffic, VariantView
+from adapter.domain.decision import Action, AnalyzerName, VariantDecision, reason_family
+from adapter.domain.snapshot import Condition, ConditionType, DecisionPath, DesiredAlloc, ModelTraffic, VariantView
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import enforce
 from adapter.engine.analyze import ModelPlan, bounds, previous_alloc
@@ -20,12 +19,6 @@ from adapter.optimizer.allocate import ModelAllocation
 
 METRICS_FOUND_MESSAGE = "Saturation metrics data is available for scaling decisions"
 METRICS_MISSING_MESSAGE = "No saturation metrics available - pods may not be ready or metrics not yet scraped"
-
-_LABEL = {
-    AnalyzerName.SATURATION_PERCENTAGE: "saturation-only mode",
-    AnalyzerName.SATURATION_TOKEN: "V2",
-    AnalyzerName.QUEUEING_MODEL: "queueing-model",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +32,18 @@ class ModelOutcome:
     limited: Mapping[str, str] = field(default_factory=dict)
     unavailable_reason: str = "MetricsUnavailable"
     """OptimizationReady's reason when no analyzer solution was used."""
+    ready_reason: str = "OptimizationSucceeded"
+    """OptimizationReady's reason on the optimizer path (the analyzer's wording)."""
+    ready_prefix: str = ""
 
 
 def outcome_of(
     plan: ModelPlan, allocation: ModelAllocation | None, traffic: ModelTraffic | None, *, now_s: float
 ) -> ModelOutcome:
     """The model's held targets with reasons, before bounds."""
-    if plan.signal is None or allocation is None:
-        held = fallback.decide_without_solution(list(plan.fallback_variants), now_s=now_s, cfg=plan.s2z_cfg)
+    signal, result = plan.signal, plan.result
+    if signal is None or result is None or result.wording is None or allocation is None:
+        held = fallback.decide_without_solution(list(plan.fallback_variants), now_s=now_s, cfg=plan.scale_to_zero)
         return ModelOutcome(
             held,
             AnalyzerName.NONE,
@@ -55,30 +52,28 @@ def outcome_of(
             plan.notes,
             unavailable_reason="AnalysisUnavailable" if plan.no_signal_reason else "MetricsUnavailable",
         )
+    wording = result.wording
     targets = dict(allocation.targets)
-    if plan.v1_plan is not None:
-        reasons = _v1_reasons(plan, targets, allocation.limited)
-    else:
-        reasons = _capacity_reasons(plan.signal, plan.views, targets, allocation)
+    reasons = wording.reasons(targets, allocation.limited, allocation.optimizer)
     notes = list(plan.notes) + list(allocation.notes)
     enforced = enforce(
         targets,
         variants=[bounds(v) for v in plan.views],
         request_count=traffic.request_count if traffic else None,
-        cfg=plan.s2z_cfg,
+        cfg=plan.scale_to_zero,
     )
     if enforced.applied:
         current = {v.key.name: v.target.replicas if v.target else 0 for v in plan.views}
         for name, enforced_target in enforced.targets.items():
             if enforced_target != targets[name]:
                 action = Action.of(target=enforced_target, current=current[name])
-                reasons[name] = _enforced_reason(plan, action, allocation, enforced.applied)
+                reasons[name] = wording.enforced(action, enforced.applied, allocation.optimizer)
         notes.append(enforced.applied)
     held = fallback.protect_zero(
-        enforced.targets, variants=list(plan.fallback_variants), now_s=now_s, cfg=plan.s2z_cfg, reasons=reasons
+        enforced.targets, variants=list(plan.fallback_variants), now_s=now_s, cfg=plan.scale_to_zero, reasons=reasons
     )
     analysis = dict(plan.analysis)
-    if plan.v1_plan is None:
+    if signal.proposal is None:  # a proposal's allocation is the proposal itself
         summary: dict[str, object] = {
             "optimizer": allocation.optimizer,
             "targets": dict(sorted(allocation.targets.items())),
@@ -88,78 +83,15 @@ def outcome_of(
         analysis["allocation"] = summary
     return ModelOutcome(
         held=held,
-        analyzer=plan.analyzer,
+        analyzer=plan.analyzer_name,
         analysis=analysis,
         metrics_reason="MetricsFound",
         notes=tuple(notes),
-        block_reasons=plan.v1_plan.result.block_reasons if plan.v1_plan else (),
+        block_reasons=result.held,
         limited=allocation.limited,
+        ready_reason=wording.condition_reason,
+        ready_prefix=wording.condition_prefix,
     )
-
-
-def _enforced_reason(plan: ModelPlan, action: Action, allocation: ModelAllocation, applied: str) -> str:
-    label = _LABEL.get(plan.analyzer, str(plan.analyzer))
-    if plan.v1_plan is not None:
-        return f"{label}: {action} (enforced: {applied})"
-    return f"{label} {action} (optimizer: {allocation.optimizer}, enforced: {applied})"
-
-
-def _v1_reasons(plan: ModelPlan, targets: Mapping[str, int], limited: Mapping[str, str]) -> dict[str, str]:
-    """Seed 000's reason strings for the percentage-based analyzer's ±1 decisions."""
-    assert plan.v1_plan is not None
-    result, states, analysis = plan.v1_plan.result, plan.v1_plan.states, plan.v1_plan.analysis
-    previous_of = {fb.name: fb.previous for fb in plan.fallback_variants}
-    reasons: dict[str, str] = {}
-    for name, s in states.items():
-        prev = previous_of[name]
-        if name not in result.targets:
-            reasons[name] = f"saturation-only mode: holding {targets[name]} (no metrics from this variant's pods)"
-            continue
-        action = Action.of(target=targets[name], current=s.current_replicas)
-        if result.blocked and prev is not None and targets[name] == prev.num_replicas and prev.reason:
-            reasons[name] = prev.reason  # a held transition keeps its reason (and its lastUpdate)
-        elif result.blocked:
-            reasons[name] = f"saturation-only mode: {action} (model in transition)"
-        elif name == result.scaled and action is Action.SCALE_UP:
-            reasons[name] = f"saturation-only mode: {action} ({analysis.scale_up_reason})"
-        elif name == result.scaled and name in limited:
-            reasons[name] = f"saturation-only mode: {action} ({analysis.scale_up_reason}; {limited[name]})"
-        else:
-            reasons[name] = f"saturation-only mode: {action}"
-    return reasons
-
-
-def _capacity_reasons(
-    signal: CapacitySignal, views: Sequence[VariantView], targets: Mapping[str, int], allocation: ModelAllocation
-) -> dict[str, str]:
-    """Reasons for capacity-signal decisions, e.g. `V2 scale-up (optimizer: cost-aware, required: 1882 tokens)`."""
-    label = _LABEL.get(signal.analyzer, str(signal.analyzer))
-    reasons: dict[str, str] = {}
-    for view in views:
-        name = view.key.name
-        current = view.target.replicas if view.target else 0
-        action = Action.of(target=targets[name], current=current)
-        if action is Action.SCALE_UP:
-            reason = (
-                f"{label} scale-up (optimizer: {allocation.optimizer}, required: {_num(signal.required)} {signal.unit})"
-            )
-        elif action is Action.SCALE_DOWN:
-            reason = (
-                f"{label} scale-down (optimizer: {allocation.optimizer}, spare: {_num(signal.spare)} {signal.unit})"
-            )
-        elif signal.required > 0:
-            reason = f"{label} no-change (required: {_num(signal.required)} {signal.unit} placed elsewhere or unmet)"
-        else:
-            reason = f"{label} steady state"
-        if name in allocation.limited:
-            reason += f"; {allocation.limited[name]}"
-        reasons[name] = reason
-    return reasons
-
-
-def _num(value: float) -> str:
-    """Capacity in a reason: whole tokens, or three significant figures for small rates."""
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def finish(
@@ -202,12 +134,8 @@ def finish(
         )
     elif held.path is DecisionPath.OPTIMIZER and view.key.name in outcome.limited:
         opt = Condition(ConditionType.OPTIMIZATION_READY, True, "LimitedByGpus", message)
-    elif held.path is DecisionPath.OPTIMIZER and outcome.analyzer is AnalyzerName.SATURATION_PERCENTAGE:
-        opt = Condition(
-            ConditionType.OPTIMIZATION_READY, True, "SaturationOnlyMode", f"saturation-only decision: {message}"
-        )
     elif held.path is DecisionPath.OPTIMIZER:
-        opt = Condition(ConditionType.OPTIMIZATION_READY, True, "OptimizationSucceeded", message)
+        opt = Condition(ConditionType.OPTIMIZATION_READY, True, outcome.ready_reason, outcome.ready_prefix + message)
     else:
         opt = Condition(ConditionType.OPTIMIZATION_READY, False, outcome.unavailable_reason, message)
     conditions.append(opt)
@@ -243,6 +171,7 @@ def alloc_for(decision: VariantDecision, previous: DesiredAlloc | None, now_s: f
         last_run_time_s=now_s,
         last_update_s=last_update,
         accelerator=decision.accelerator,
+        path=decision.path,
     )
 
 

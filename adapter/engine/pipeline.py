@@ -1,9 +1,12 @@
 """The pure decision pipeline: `decide(snapshot, state, config, now_s) -> (CycleResult, EngineState)`.
 
-    per model:   configuration ─► analyzer (V1 ±1 | V2 tokens) ─► capacity signal, or "no signal" with a reason
+    per model:   configuration ─► the analyzer it selects (adapter/analyzers/registry.py) ─► capacity signal,
+                 or "no signal" with a reason
     all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools
     per model:   enforcer (scale-to-zero / minimum one) ─► retention protection ─► bounds ─► decision + status
                  (no signal: the seed-002 fallback hierarchy instead)
+    then:        each analyzer's memory for the next cycle (its `Memory.next` over the models it analysed), the
+                 `status.learned` sections the analyses return, the recommender's histories
 
 Models are decided in isolation: an exception while deciding one model (a bug) holds that model at its
 previous allocation with the error in its reason and condition, and the others are decided as usual. The
@@ -17,25 +20,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from adapter.analyzers.tokens import TokenMemory
+from adapter.analyzers import registry
 from adapter.config.engine import EngineConfig
 from adapter.domain.accelerators import normalize_accelerator
-from adapter.domain.capacity import CapacitySignal
+from adapter.domain.capacity import GpuPools
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
 from adapter.engine import recommend
-from adapter.engine.analyze import LEARNED_SECTION, ModelPlan, measure_model
-from adapter.engine.enforce import ModelOutcome, alloc_for, failsafe, finish, outcome_of
+from adapter.engine.analyze import ModelPlan, measure_model
+from adapter.engine.enforce import ModelOutcome, failsafe, finish, outcome_of
 from adapter.engine.state import EngineState
-from adapter.optimizer.allocate import AllocationPolicy, ModelAllocation, allocate
-from adapter.optimizer.limiter import GpuUse, gpu_pools
-
-IMPLEMENTED_ANALYZERS: frozenset[AnalyzerName] = frozenset(
-    {AnalyzerName.SATURATION_PERCENTAGE, AnalyzerName.SATURATION_TOKEN, AnalyzerName.QUEUEING_MODEL}
-)
-"""Analyzers this engine decides with; a configuration selecting another is reported, never silently replaced.
-Callers that choose an analyzer up front (`simulate --policy`) refuse the ones missing here."""
+from adapter.optimizer.allocate import allocate
 
 MAX_ERROR_CHARS = 200
 
@@ -49,10 +45,9 @@ def decide(
 
     # 1. measure: one plan per model
     plans: dict[ModelKey, ModelPlan] = {}
-    token_updates: list[TokenMemory] = []
     for model, views in sorted(models.items()):
         try:
-            plans[model], update = measure_model(
+            plans[model] = measure_model(
                 model,
                 views,
                 snapshot=snapshot,
@@ -61,7 +56,6 @@ def decide(
                 config=config,
                 now_s=now_s,
             )
-            token_updates.append(update)
         except Exception as exc:  # a bug for one model must not stop the others (issue 10)
             errors[model] = _describe(exc)
 
@@ -69,15 +63,15 @@ def decide(
     recommended = recommend.observe(plans, state.recommender, now_s)
     floored = {m: recommend.with_floor(p, recommended.histories) for m, p in plans.items()}
 
-    # 2. allocate: every model's signal at once
+    # 2. allocate: every model's signal at once, over the GPU pools as they are now
+    gpus = GpuPools.of(snapshot.nodes, snapshot.variants)
     signals = [s for s in floored.values() if s is not None]
-    allocations = _allocate(signals, plans, snapshot, config)
+    allocations = allocate(signals, mode=config.configmaps.allocation(), gpus=gpus)
 
     # 3. enforce and finish, per model
     decisions: dict[VariantKey, VariantDecision] = {}
     analyses: dict[ModelKey, ModelAnalysis] = {}
     new_allocations: dict[VariantKey, DesiredAlloc] = {}
-    not_reporting = {}
     warnings: list[str] = []
     for model, views in sorted(models.items()):
         plan = plans.get(model)
@@ -97,7 +91,6 @@ def decide(
                 for view in views
             ]
             warnings.extend(plan.config_warnings)
-            not_reporting.update({VariantKey(model.namespace, name): seen for name, seen in plan.not_reporting.items()})
         except Exception as exc:
             errors[model] = errors.get(model) or _describe(exc)
             outcome, finished = _failed(views, state, errors[model], now_s)
@@ -114,26 +107,41 @@ def decide(
             decisions[decision.key] = replace(decision, recommendation=recommended.recommendations.get(decision.key))
             new_allocations[decision.key] = alloc
 
-    queueing = {k: v for k, v in state.queueing.items() if k in decisions}
     learned: dict[VariantKey, dict[str, Any]] = {k: dict(v) for k, v in recommended.learned.items()}
     for model, plan in plans.items():
-        for name, filter_state in plan.learned.items():
-            key = VariantKey(model.namespace, name)
-            queueing[key] = filter_state
-            learned.setdefault(key, {})[LEARNED_SECTION] = filter_state.to_json()
+        for name, sections in (plan.result.learned if plan.result is not None else {}).items():
+            learned.setdefault(VariantKey(model.namespace, name), {}).update(sections)
     result = CycleResult(
         now_s,
         decisions,
         analyses,
         tuple(dict.fromkeys(warnings)),
         errors,
-        _pool_usage(snapshot, decisions),
+        _pool_usage(gpus, snapshot, decisions),
         learned,
         dict(recommended.recommendations),
+        new_allocations,
     )
     histories = {k: h for k, h in recommended.histories.items() if k in decisions}
-    tokens = state.tokens.updated(token_updates, now_s)
-    return result, EngineState(new_allocations, not_reporting, tokens, queueing, histories)
+    return result, EngineState(new_allocations, _memories(plans, state, set(decisions), now_s), histories)
+
+
+def _memories(
+    plans: Mapping[ModelKey, ModelPlan], state: EngineState, decided: set[VariantKey], now_s: float
+) -> dict[AnalyzerName, Any]:
+    """Every analyzer's memory for the next cycle: its `Memory.next` over the updates of the models it analysed
+    (each analyzer's memory moves every cycle, e.g. to expire old entries); empty memories are not kept."""
+    out: dict[AnalyzerName, Any] = {}
+    for analyzer in registry.ANALYZERS:
+        updates = [
+            p.result.memory
+            for p in plans.values()
+            if p.analyzer.name is analyzer.name and p.result is not None and p.result.memory is not None
+        ]
+        memory = analyzer.memory.next(state.memory(analyzer), updates, decided=decided, now_s=now_s)
+        if memory != analyzer.memory.empty():
+            out[analyzer.name] = memory
+    return out
 
 
 class _Failed(Exception):
@@ -163,58 +171,34 @@ def _failed(
     ]
 
 
-def _allocate(
-    signals: list[CapacitySignal], plans: dict[ModelKey, ModelPlan], snapshot: Snapshot, config: EngineConfig
-) -> dict[ModelKey, ModelAllocation]:
-    mode = config.configmaps.allocation()
-    uses = _gpu_uses(snapshot)
-    spare_kv = {m: p.v1_plan.analysis.avg_spare_kv for m, p in plans.items() if p.v1_plan is not None}
-    return allocate(
-        signals,
-        policy=AllocationPolicy(limiter=mode.enable_limiter, exact=mode.exact),
-        pools=gpu_pools(snapshot.nodes),
-        uses=uses,
-        spare_kv=spare_kv,
-    )
-
-
-def _gpu_uses(snapshot: Snapshot) -> list[GpuUse]:
-    return [
-        GpuUse(
-            normalize_accelerator(v.accelerator),
-            v.target.replicas if v.target else 0,
-            max(1, v.target.gpus_per_replica) if v.target else 1,
-        )
-        for v in snapshot.variants
-    ]
-
-
-def _pool_usage(snapshot: Snapshot, decisions: Mapping[VariantKey, VariantDecision]) -> dict[str, GpuPoolUsage]:
-    pools = gpu_pools(snapshot.nodes)
-    used: dict[str, int] = {}
+def _pool_usage(
+    gpus: GpuPools, snapshot: Snapshot, decisions: Mapping[VariantKey, VariantDecision]
+) -> dict[str, GpuPoolUsage]:
+    """Per pool: allocatable and used (this cycle's `GpuPools`), and what the decisions ask for."""
     desired: dict[str, int] = {}
     for v in snapshot.variants:
         accelerator = normalize_accelerator(v.accelerator)
-        if not accelerator:
-            continue
-        gpr = max(1, v.target.gpus_per_replica) if v.target else 1
-        used[accelerator] = used.get(accelerator, 0) + (v.target.replicas if v.target else 0) * gpr
         d = decisions.get(v.key)
-        desired[accelerator] = desired.get(accelerator, 0) + (d.desired_replicas if d else 0) * gpr
-    return {a: GpuPoolUsage(pools.get(a, 0), used.get(a, 0), desired.get(a, 0)) for a in sorted(set(pools) | set(used))}
+        if accelerator and d is not None:
+            gpr = max(1, v.target.gpus_per_replica) if v.target else 1
+            desired[accelerator] = desired.get(accelerator, 0) + d.desired_replicas * gpr
+    return {a: GpuPoolUsage(gpus.allocatable.get(a, 0), gpus.used.get(a, 0), desired.get(a, 0)) for a in gpus.names}
 
 
 def statuses(result: CycleResult, snapshot: Snapshot) -> dict[VariantKey, VariantStatus]:
-    """The VA statuses a cycle implies (what the leader writes), keyed by VA."""
+    """The VA statuses a cycle (or a scale-from-zero poll) implies (what the leader writes), keyed by VA."""
     previous = {v.key: v.status for v in snapshot.variants}
     out: dict[VariantKey, VariantStatus] = {}
     for key, decision in result.decisions.items():
         prev = previous.get(key, VariantStatus())
         learned = {**prev.learned, **result.learned.get(key, {})}
         out[key] = VariantStatus(
-            desired=alloc_for(decision, prev.desired, result.now_s),
+            desired=result.allocations[key],
             applied=decision.current_replicas == decision.desired_replicas,
-            conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s),
+            # a decision that states no conditions (a scale-from-zero wake) leaves the VA's as they are
+            conditions=_merge_conditions(prev.conditions, decision.conditions, result.now_s)
+            if decision.conditions
+            else prev.conditions,
             recommendation=result.recommendations.get(key, prev.recommendation),
             learned=learned,
         )

@@ -82,7 +82,7 @@ def observe(plans: Mapping[Any, ModelPlan], memory: Mapping[VariantKey, VariantH
 def with_floor(plan: ModelPlan, histories: Mapping[VariantKey, VariantHistory]) -> CapacitySignal | None:
     """The plan's signal, with the scale-down floor applied when the model asks for it."""
     signal = plan.signal
-    if signal is None or plan.sat_cfg.scale_down_floor != "recommender":
+    if signal is None or plan.saturation.scale_down_floor != "recommender":
         return signal
     floors = {v.key.name: floor_replicas(h, CONFIG) for v in plan.views if (h := histories.get(v.key)) is not None}
     if signal.proposal is not None:  # V1: withdraw a −1 that would go below the floor

@@ -10,7 +10,6 @@ from adapter.metrics.epp import EndpointFailure, EppScrape, EppScraper, apply_ep
 from adapter.metrics.queries import (
     ALL_QUERIES,
     ESSENTIAL_QUERIES,
-    SATURATION_V1_QUERIES,
     Query,
     QueryName,
     QueryWindows,
@@ -20,7 +19,6 @@ from adapter.metrics.queries import (
 __all__ = [
     "ALL_QUERIES",
     "ESSENTIAL_QUERIES",
-    "SATURATION_V1_QUERIES",
     "EndpointFailure",
     "EppScrape",
     "EppScraper",

@@ -174,7 +174,7 @@ class PrometheusCollector:
         self.windows = windows or QueryWindows()
         self.max_query_bytes = max_query_bytes
         self.metrics = None if metrics is None else frozenset(metrics)
-        """The metrics to ask for (None = all); see `queries.SATURATION_V1_QUERIES`."""
+        """The metrics to ask for (None = all; the essential ones always)."""
         self.pause_gc = pause_gc
         """Pause the cyclic GC while answers are decoded and assembled (see `_GcPause`)."""
         session = requests.Session()

@@ -100,11 +100,6 @@ class QueryName(StrEnum):
 ESSENTIAL_QUERIES = frozenset({QueryName.KV_CACHE_USAGE, QueryName.QUEUE_LENGTH})
 """A model whose essential query failed is unavailable this cycle (the saturation analyzer needs both)."""
 ALL_QUERIES = frozenset(QueryName)
-SATURATION_V1_QUERIES = frozenset(
-    {*ESSENTIAL_QUERIES, QueryName.REQUEST_COUNT, QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES}
-)
-"""What the percentage-based analyzer, the scale-to-zero enforcer and scale-from-zero read. At 1,000 VAs it
-is 2 per-pod answers instead of 10: the collection costs less than half (tests/bench_collect.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,9 +352,9 @@ def build_queries(
     """The queries of one cycle for `models`: one per metric in `metrics` (default: all 12) plus one request
     count per distinct retention period.
 
-    `metrics` lets the caller ask only for what its analyzers read (`SATURATION_V1_QUERIES`); the essential
-    queries are always included. Empty `models` gives no queries. The order is stable (essential queries
-    first), so logs and tests can rely on it.
+    `metrics` lets the caller ask only for what its analyzers read; the essential queries are always included.
+    Empty `models` gives no queries. The order is stable (essential queries first), so logs and tests can rely
+    on it.
     """
     if not models:
         return ()

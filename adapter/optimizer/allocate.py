@@ -14,30 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-from adapter.domain.capacity import CapacitySignal, Role, VariantSupply
+from adapter.config.configmaps import AllocationMode
+from adapter.domain.capacity import CapacitySignal, GpuPools, Role, VariantSupply
 from adapter.domain.ids import ModelKey
 from adapter.optimizer import cost_aware, exact, limiter
-from adapter.optimizer.limiter import GpuUse
-
-
-class OptimizerMode(StrEnum):
-    COST_AWARE = "cost-aware"
-    GREEDY_BY_SCORE = "greedy-by-score"
-    EXACT = "exact-milp"
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationPolicy:
-    limiter: bool = False
-    exact: bool = False
-
-    @property
-    def mode(self) -> OptimizerMode:
-        if self.exact:
-            return OptimizerMode.EXACT
-        return OptimizerMode.GREEDY_BY_SCORE if self.limiter else OptimizerMode.COST_AWARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,39 +49,31 @@ class _Group:
 
 
 def allocate(
-    signals: Sequence[CapacitySignal],
-    *,
-    policy: AllocationPolicy,
-    pools: Mapping[str, int],
-    uses: Sequence[GpuUse],
-    spare_kv: Mapping[ModelKey, float] | None = None,
+    signals: Sequence[CapacitySignal], *, mode: AllocationMode, gpus: GpuPools
 ) -> dict[ModelKey, ModelAllocation]:
-    """Targets for every model. `pools`: allocatable GPUs per accelerator; `uses`: GPUs every VA holds now
-    (models without a signal this cycle included). `spare_kv`: the percentage-based analyzer's average spare
-    KV per model, its limiter priority."""
-    free = limiter.free_gpus(pools, uses) if policy.limiter else None
+    """Targets for every model. `gpus`: what the nodes offer and every VA holds now (models without a signal
+    this cycle included); only the limiter (and the exact mode under it) reads them."""
+    free = gpus.free() if mode.limiter else None
     out: dict[ModelKey, ModelAllocation] = {}
     ordered = sorted(signals, key=lambda s: s.model)
 
     proposals = [s for s in ordered if s.proposal is not None]
     capacity = [s for s in ordered if s.proposal is None]
     if proposals:
-        out.update(_allocate_proposals(proposals, free, spare_kv or {}))
+        out.update(_allocate_proposals(proposals, free))
     if capacity:
-        out.update(_allocate_capacity(capacity, policy, free))
+        out.update(_allocate_capacity(capacity, mode, free))
     return out
 
 
 def _allocate_proposals(
-    signals: Sequence[CapacitySignal], free: dict[str, int] | None, spare_kv: Mapping[ModelKey, float]
+    signals: Sequence[CapacitySignal], free: dict[str, int] | None
 ) -> dict[ModelKey, ModelAllocation]:
     out: dict[ModelKey, ModelAllocation] = {}
     grants: dict[tuple[str, str, str], limiter.Grant] = {}
     if free is not None:
         items = [
-            limiter.Proposal(
-                (s.model.namespace, s.model.model_id, v.name), v, s.proposal[v.name], spare_kv.get(s.model, 0.0)
-            )
+            limiter.Proposal((s.model.namespace, s.model.model_id, v.name), v, s.proposal[v.name], s.spare_fraction)
             for s in signals
             if s.proposal is not None
             for v in s.variants
@@ -140,7 +113,7 @@ def _groups(signal: CapacitySignal) -> list[_Group]:
 
 
 def _allocate_capacity(
-    signals: Sequence[CapacitySignal], policy: AllocationPolicy, free: dict[str, int] | None
+    signals: Sequence[CapacitySignal], mode: AllocationMode, free: dict[str, int] | None
 ) -> dict[ModelKey, ModelAllocation]:
     groups = [g for s in signals for g in _groups(s)]
     targets: dict[tuple[str, ...], dict[str, int]] = {
@@ -148,9 +121,8 @@ def _allocate_capacity(
     }
     unmet: dict[tuple[str, ...], float] = {g.key: 0.0 for g in groups}
     notes: dict[ModelKey, list[str]] = {s.model: [] for s in signals}
-    mode = policy.mode
     solved = None
-    if policy.exact:
+    if mode.exact:
         requests = [
             exact.ExactRequest(g.key, tuple(sorted(g.variants, key=lambda v: v.name)), _demand(g))
             for g in groups
@@ -158,22 +130,22 @@ def _allocate_capacity(
         ]
         solved = exact.solve(requests, gpus_free=free)
         if solved is None:
-            mode = OptimizerMode.GREEDY_BY_SCORE if policy.limiter else OptimizerMode.COST_AWARE
+            mode = mode.greedy
             for s in signals:
-                notes[s.model].append(f"exact optimizer found no solution; used {mode}")
+                notes[s.model].append(f"exact optimizer found no solution; used {mode.optimizer}")
         else:
             for key, solved_targets in solved.targets.items():
                 targets[key] = dict(solved_targets)
             if not solved.proven_optimal:
                 for s in signals:
-                    notes[s.model].append("exact optimizer: time budget reached; best allocation found so far used")
+                    notes[s.model].append("exact optimizer: node limit reached; best allocation found so far used")
             for g in groups:
                 if g.required > 0:
                     supplied = sum(targets[g.key][v.name] * max(0.0, v.per_replica_capacity) for v in g.variants)
                     unmet[g.key] = max(0.0, _demand(g) - supplied)
     if solved is None:
         ups = [g for g in groups if g.required > 0]
-        if mode is OptimizerMode.GREEDY_BY_SCORE and free is not None:
+        if mode.limiter and free is not None:
             shares = [limiter.ShareRequest(g.key, g.variants, g.required, g.priority, targets[g.key]) for g in ups]
             limiter.greedy_by_score(shares, free)
             for share in shares:
@@ -201,7 +173,7 @@ def _allocate_capacity(
                         limited[v.name] = f"limited: {unmet[g.key]:.0f} {s.unit} required not allocated ({why} GPUs)"
         if left > 0 and not limited:
             notes[s.model].append(f"{left:.0f} {s.unit} required not allocated: every variant at maxReplicas")
-        out[s.model] = ModelAllocation(merged, str(mode), limited, left, tuple(notes[s.model]))
+        out[s.model] = ModelAllocation(merged, mode.optimizer, limited, left, tuple(notes[s.model]))
     return out
 
 

@@ -5,8 +5,8 @@ for the queueing model): `required` capacity to add, or `spare` capacity that ma
 variant's per-replica capacity and cost.
 
 Scale-up (takes priority) walks variants by cost-efficiency `cost / per_replica_capacity`, cheapest per unit
-first, adding `ceil(remaining / capacity)` replicas capped by maxReplicas (and, under the GPU limiter, by the
-GPUs left in the variant's pool), spilling the rest to the next variant. Worked example: required 5000
+first, adding `ceil(remaining / capacity)` replicas capped by maxReplicas, spilling the rest to the next
+variant (with the GPU limiter on, `limiter.greedy_by_score` buys instead). Worked example: required 5000
 tokens; variants A (cost 5, 2000 tok/replica → 0.0025/token) and B (cost 15, 8000 tok/replica →
 0.001875/token): B first, ceil(5000/8000) = 1 replica of B.
 
@@ -24,39 +24,9 @@ the enforcer then cold-starts the cheapest one; we keep the last serving variant
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from collections.abc import MutableMapping, Sequence
 
 from adapter.domain.capacity import VariantSupply
-
-VariantCapacity = VariantSupply
-"""The optimizer's view of a variant is the analyzer's `VariantSupply`."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScalingRequest:
-    required: float
-    """Capacity to add (> 0 means scale up)."""
-    spare: float
-    """Capacity that may be removed (> 0 means scale down, when nothing is required)."""
-    variants: Sequence[VariantSupply]
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    targets: Mapping[str, int]
-    unmet: float
-    """Required capacity no variant could take (every eligible variant at maxReplicas or out of GPUs)."""
-
-
-def optimize(request: ScalingRequest) -> Allocation:
-    targets = {v.name: v.current_replicas for v in request.variants}
-    if request.required > 0:
-        unmet = scale_up(request.variants, targets, request.required)
-        return Allocation(targets, unmet)
-    if request.spare > 0:
-        scale_down(request.variants, targets, request.spare)
-    return Allocation(targets, 0.0)
 
 
 def by_cost_efficiency(variants: Sequence[VariantSupply]) -> list[VariantSupply]:
@@ -65,31 +35,19 @@ def by_cost_efficiency(variants: Sequence[VariantSupply]) -> list[VariantSupply]
     return sorted(known, key=lambda v: (v.cost / v.per_replica_capacity, v.name))
 
 
-def scale_up(
-    variants: Sequence[VariantSupply],
-    targets: MutableMapping[str, int],
-    required: float,
-    *,
-    gpus_free: MutableMapping[str, int] | None = None,
-) -> float:
-    """Add replicas for `required` capacity into `targets`; returns the capacity left unmet.
-
-    With `gpus_free` (GPUs left per accelerator pool), a variant gets only whole replicas its pool can hold
-    and the pool is debited; a variant whose accelerator is not a key of `gpus_free` is not limited."""
+def scale_up(variants: Sequence[VariantSupply], targets: MutableMapping[str, int], required: float) -> float:
+    """Add replicas for `required` capacity into `targets` (GPUs unlimited: with the limiter on, the fair share
+    of `limiter.greedy_by_score` buys instead); returns the capacity left unmet (every variant at maxReplicas)."""
     remaining = required
     for v in by_cost_efficiency(variants):
         if remaining <= 0:
             break
         room = v.max_replicas - targets[v.name]
-        if gpus_free is not None and v.accelerator in gpus_free:
-            room = min(room, gpus_free[v.accelerator] // max(1, v.gpus_per_replica))
         if room <= 0:
             continue
         add = min(max(1, math.ceil(remaining / v.per_replica_capacity)), room)
         targets[v.name] += add
         remaining -= add * v.per_replica_capacity
-        if gpus_free is not None and v.accelerator in gpus_free:
-            gpus_free[v.accelerator] -= add * max(1, v.gpus_per_replica)
     return max(0.0, remaining)
 
 

@@ -23,6 +23,16 @@ Unlike the greedy path, the program may move capacity between variants in one cy
 cheap replicas): cheaper at steady state, at the price of a cold start; see docs/configuration.md
 (`optimizer: exact`). Solved with scipy.optimize.milp (HiGHS); a solver failure returns None and the caller
 falls back to the greedy allocation.
+
+Deterministic: the solver's work is bounded by a number of branch-and-bound nodes per program
+(`MIP_NODE_LIMIT`), never by wall time, so the same input gives the same allocation on any machine and a
+recorded cycle replays bit for bit (with a time limit, a slower or busier machine explored fewer nodes and could
+keep a different incumbent). HiGHS itself is deterministic (fixed random seed, no time-dependent choices). When
+the limit is reached, the best incumbent is used (feasible, within the bound's gap) and the decision says so.
+The limit bounds work, not time: one program's time grows with its size. A cycle of 1,000 VAs with the limiter
+on (two programs of ~820 columns) costs ~1.1 s of CPU in `make bench`, mostly HiGHS's root node, which the
+former 1 s time budget cut short on a busy machine (0.65-0.77 s of CPU there, and a different incumbent on a
+faster one); 5, 20 or 50 nodes cost the same there, 200 twice as much.
 """
 
 from __future__ import annotations
@@ -38,6 +48,9 @@ from adapter.domain.capacity import VariantSupply
 
 MIP_REL_GAP = 1e-3
 """Stop when the incumbent is provably within 0.1 % of the optimum: cost figures are not more precise."""
+MIP_NODE_LIMIT = 50
+"""Branch-and-bound nodes per program at most (the deterministic bound, module docstring). The generated fleets
+of `make bench` (2–8 models, 1–4 variants, three pools) are proven optimal within 15 nodes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,23 +65,21 @@ class ExactRequest:
 class Solution:
     targets: Mapping[tuple[str, ...], Mapping[str, int]]
     proven_optimal: bool
-    """False when a component's time share ran out: its best incumbent is used (still feasible)."""
+    """False when a program reached `MIP_NODE_LIMIT`: its best incumbent is used (still feasible)."""
 
 
 def solve(
-    requests: Sequence[ExactRequest], *, gpus_free: Mapping[str, int] | None, time_budget_s: float = 1.0
+    requests: Sequence[ExactRequest], *, gpus_free: Mapping[str, int] | None, node_limit: int = MIP_NODE_LIMIT
 ) -> Solution | None:
     """Targets per request and variant (variants of unknown capacity keep their current count), or None.
 
     Requests that share no constrained GPU pool are independent, so each connected component is its own,
-    much smaller, program (without the limiter every request is its own component)."""
+    much smaller, program (without the limiter every request is its own component), each bounded by
+    `node_limit` branch-and-bound nodes."""
     out: dict[tuple[str, ...], dict[str, int]] = {}
     optimal = True
-    components = _components(requests, gpus_free)
-    total = sum(len(c) for c in components) or 1
-    for component in components:
-        share_s = max(0.05, time_budget_s * len(component) / total)
-        solved = _solve_component(component, gpus_free=gpus_free, time_limit_s=share_s)
+    for component in _components(requests, gpus_free):
+        solved = _solve_component(component, gpus_free=gpus_free, node_limit=node_limit)
         if solved is None:
             return None
         targets, proven = solved
@@ -101,7 +112,7 @@ def _components(requests: Sequence[ExactRequest], gpus_free: Mapping[str, int] |
 
 
 def _solve_component(
-    requests: Sequence[ExactRequest], *, gpus_free: Mapping[str, int] | None, time_limit_s: float
+    requests: Sequence[ExactRequest], *, gpus_free: Mapping[str, int] | None, node_limit: int
 ) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
     columns: list[tuple[int, VariantSupply]] = []
     for r_index, request in enumerate(requests):
@@ -153,9 +164,9 @@ def _solve_component(
         constraints=LinearConstraint(np.array(rows), np.array(lower), np.array(upper)),
         integrality=integrality,
         bounds=Bounds(lo, hi),
-        options={"time_limit": time_limit_s, "mip_rel_gap": MIP_REL_GAP},
+        options={"node_limit": node_limit, "mip_rel_gap": MIP_REL_GAP},
     )
-    if result.x is None:  # infeasible or no incumbent within the time limit; a time-limited incumbent is kept
+    if result.x is None:  # infeasible, or no incumbent within the node limit; a node-limited incumbent is kept
         return None
     out = {r.key: {v.name: v.current_replicas for v in r.variants} for r in requests}
     for j, (owner, v) in enumerate(columns):

@@ -2,9 +2,10 @@
 
     free[pool] = max(0, Σ node allocatable GPUs of the pool - Σ current replicas · GPUs per replica)
 
-Both sides use normalised accelerator names (adapter.domain.accelerators), so `NVIDIA-A100-SXM4-80GB` on a
-node and `A100` on a VA are one pool. A variant whose accelerator is unknown ("") is not limited (we cannot
-tell which pool it draws from; the decision says so); a known accelerator that no node offers has 0 free.
+(`adapter.domain.capacity.GpuPools`, computed once per cycle). Both sides use normalised accelerator names
+(adapter.domain.accelerators), so `NVIDIA-A100-SXM4-80GB` on a node and `A100` on a VA are one pool. A variant
+whose accelerator is unknown ("") is not limited (we cannot tell which pool it draws from; the decision says
+so); a known accelerator that no node offers has 0 free.
 
 Two allocation policies (seed 001):
 - `greedy_by_saturation` for the percentage-based analyzer, whose ±1 proposals are granted in whole replicas,
@@ -21,42 +22,11 @@ and mixed units across models; ours compares unit-free fractions and moves one r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
-from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import VariantSupply
-from adapter.domain.snapshot import NodeGpus
 from adapter.optimizer.cost_aware import by_cost_efficiency
-
-
-@dataclass(frozen=True, slots=True)
-class GpuUse:
-    """GPUs one variant holds now (current replicas), for the `used` side of the pools."""
-
-    accelerator: str
-    current_replicas: int
-    gpus_per_replica: int
-
-
-def gpu_pools(nodes: Iterable[NodeGpus]) -> dict[str, int]:
-    """Allocatable GPUs per normalised accelerator (normalised here too: nodes may come from a fixture or a
-    simulator, not only from the Kubernetes edge)."""
-    pools: dict[str, int] = {}
-    for node in nodes:
-        pool = normalize_accelerator(node.accelerator)
-        if pool:
-            pools[pool] = pools.get(pool, 0) + max(0, node.allocatable_gpus)
-    return pools
-
-
-def free_gpus(pools: Mapping[str, int], uses: Iterable[GpuUse]) -> dict[str, int]:
-    used: dict[str, int] = {}
-    for use in uses:
-        if use.accelerator:
-            used[use.accelerator] = used.get(use.accelerator, 0) + use.current_replicas * max(1, use.gpus_per_replica)
-    accelerators = set(pools) | set(used)
-    return {a: max(0, pools.get(a, 0) - used.get(a, 0)) for a in sorted(accelerators)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +37,8 @@ class Proposal:
     """(namespace, model_id, variant), for a deterministic order."""
     variant: VariantSupply
     target: int
-    spare_kv: float
-    """The model's average spare KV fraction: the most saturated model is served first."""
+    spare_fraction: float
+    """The model's spare capacity (`CapacitySignal.spare_fraction`): the most saturated model is served first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +51,10 @@ class Grant:
 def greedy_by_saturation(
     proposals: Sequence[Proposal], gpus_free: MutableMapping[str, int]
 ) -> dict[tuple[str, str, str], Grant]:
-    """Scale-ups in whole replicas from the free GPUs: lowest spare KV first, then cheapest, then key."""
+    """Scale-ups in whole replicas from the free GPUs: lowest spare fraction first, then cheapest, then key."""
     grants: dict[tuple[str, str, str], Grant] = {}
     ups = [p for p in proposals if p.target > p.variant.current_replicas]
-    for p in sorted(ups, key=lambda p: (p.spare_kv, p.variant.cost, p.key)):
+    for p in sorted(ups, key=lambda p: (p.spare_fraction, p.variant.cost, p.key)):
         v = p.variant
         needed = min(p.target, v.max_replicas) - v.current_replicas
         gpr = max(1, v.gpus_per_replica)

@@ -21,7 +21,7 @@ Memory is bounded: a fixed number of buckets (computed from `max_value`) whateve
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,14 +153,3 @@ def _num(doc: Mapping[str, Any], key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{key} must be a finite number")
     return float(value)
-
-
-def merge_order_independent(
-    samples: Sequence[tuple[float, float]], options: HistogramOptions, half_life_s: float, reference_s: float
-) -> DecayingHistogram:
-    """A histogram of (value, time) samples (a helper for tests and backfills): the result does not depend
-    on the order of samples that share a time."""
-    hist = DecayingHistogram.empty(options, half_life_s, reference_s)
-    for value, at in sorted(samples, key=lambda s: (s[1], s[0])):
-        hist = hist.add(value, at)
-    return hist

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from adapter.config.configmaps import ConfigSet
 from adapter.domain.cluster import ClusterView, Collection, ModelQuery
-from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
-from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import ConditionType, Snapshot
+from adapter.domain.decision import AnalyzerName, VariantDecision
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import ConditionType, ModelTraffic, Snapshot
 
 
 def model_queries(view: ClusterView, configmaps: ConfigSet) -> list[ModelQuery]:
@@ -25,6 +27,19 @@ def build_snapshot(view: ClusterView, collection: Collection, *, now_s: float) -
         nodes=view.nodes,
         metrics_available=collection.available,
         unavailable_models=collection.unavailable_models,
+    )
+
+
+def wake_snapshot(
+    view: ClusterView, queues: Mapping[tuple[str, str], float], models: Sequence[ModelKey], *, now_s: float
+) -> Snapshot:
+    """What a scale-from-zero poll decides from: the idle models' VAs and, per model, its EPP queue as scraped
+    (absent: the EPP did not answer for it, which never wakes anything)."""
+    wanted = set(models)
+    return Snapshot(
+        taken_at_s=now_s,
+        variants=tuple(v for v in view.variants if v.spec.model in wanted),
+        models={m: ModelTraffic(m, epp_queue_size=queues.get((m.namespace, m.model_id))) for m in sorted(wanted)},
     )
 
 
@@ -47,7 +62,7 @@ def decisions_from_status(view: ClusterView) -> dict[VariantKey, VariantDecision
             desired_replicas=desired.num_replicas,
             current_replicas=v.target.replicas if v.target else 0,
             reason=desired.reason,
-            path=_path_of(desired.reason),
+            path=desired.path,
             analyzer=AnalyzerName.NONE,
             accelerator=v.accelerator,
             cost=v.spec.cost,
@@ -56,13 +71,3 @@ def decisions_from_status(view: ClusterView) -> dict[VariantKey, VariantDecision
             recommendation=v.status.recommendation,
         )
     return out
-
-
-def _path_of(reason: str) -> DecisionPath:
-    if reason.startswith("Fallback:"):
-        return DecisionPath.FALLBACK
-    if reason.startswith("Last resort:"):
-        return DecisionPath.LAST_RESORT
-    if reason.startswith("scalefromzero"):
-        return DecisionPath.SCALE_FROM_ZERO
-    return DecisionPath.OPTIMIZER

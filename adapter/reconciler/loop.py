@@ -2,8 +2,8 @@
 
 Leader, every `interval_s`:
     view = cluster.view() ─► collect(metrics) ─► Snapshot ─► engine.decide ─► store.publish ─► VA status writes
-Leader, every `wake_interval_s` (100 ms): models whose every variant is at zero and whose EPP queue holds
-    requests get one replica on the cheapest variant, published at once (the KEDA stream pushes it).
+Leader, every `wake_interval_s` (100 ms): the EPP queues of idle models ─► engine.wake ─► store.upsert (the
+    KEDA stream pushes it) ─► VA status writes; a queued request wakes one replica of the cheapest variant.
 Follower: serves the leader's decisions from the VA statuses it watches, so every replica answers the same.
 
 A failed collection is not an error of the cycle: the engine's fallback hierarchy decides for the affected
@@ -17,19 +17,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from adapter import engine
 from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.config.safeload import rejection_reason
 from adapter.domain.cluster import ClusterView, Collection
-from adapter.domain.decision import AnalyzerName, CycleResult, DecisionPath, VariantDecision
+from adapter.domain.decision import CycleResult, VariantDecision
 from adapter.domain.errors import AdapterError
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, VariantStatus
-from adapter.enforcer.scale_from_zero import is_idle, wake
-from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries
+from adapter.domain.snapshot import Condition, ConditionType, VariantStatus
+from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries, wake_snapshot
 from adapter.reconciler.ports import (
     ClusterSource,
     CycleObserver,
@@ -87,6 +86,14 @@ class Reconciler:
         self._invalid_seen: tuple[str, ...] = ()
         self._cm_errors_seen: tuple[str, ...] = ()
         self._errors_seen: dict[ModelKey, str] = {}
+
+    @property
+    def options(self) -> ReconcilerOptions:
+        return self._options
+
+    def update_options(self, options: ReconcilerOptions) -> None:
+        """Live settings (`adapter.app.live`): the next wait and cycle use `options`."""
+        self._options = options
 
     @property
     def ready(self) -> bool:
@@ -223,66 +230,38 @@ class Reconciler:
         await asyncio.gather(*(write(k, s) for k, s in statuses.items()))
 
     async def wake_cycle(self) -> list[VariantKey]:
-        """Scale-from-zero: poll the EPP queues of idle models; wake the cheapest variant of each that waits."""
+        """Scale-from-zero: scrape the EPP queues of idle models; the engine wakes the cheapest variant of each
+        that waits (`engine.wake`). Published at once, written to VA status and recorded like a cycle."""
         if self._epp is None or not self._leadership.is_leader:
             return []
         view = self._cluster.view()
         if not view.synced:
             return []
-        groups: dict[ModelKey, list[VariantKey]] = {}
-        by_key = {v.key: v for v in view.variants}
-        for v in view.variants:
-            groups.setdefault(v.spec.model, []).append(v.key)
-        idle = {
-            model: keys
-            for model, keys in groups.items()
-            if is_idle([by_key[k] for k in keys]) and not self._woken(keys)
-        }
+        idle = engine.idle_models(view.variants, self._state)
         if not idle:
             return []
-        pools = [p for p in view.inference_pools if any(k in p.variants for keys in idle.values() for k in keys)]
+        keys = {v.key for v in view.variants if v.spec.model in set(idle)}
+        pools = [p for p in view.inference_pools if any(k in keys for k in p.variants)]
         try:
             queues = await self._epp.queue_sizes(pools)
         except AdapterError as exc:
             log.warning("EPP scrape failed: %s", exc)
             return []
-        woken: list[VariantKey] = []
         now_s = self._clock()
-        for model, keys in sorted(idle.items()):
-            pick = wake([by_key[k] for k in keys], queue_size=queues.get((model.namespace, model.model_id)))
-            if pick is None:
-                continue
-            key = VariantKey(model.namespace, pick.variant)
-            woken.append(key)
-            await self._publish_wake(key, pick.reason, view=view, now_s=now_s)
-        return woken
-
-    def _woken(self, keys: list[VariantKey]) -> bool:
-        return any((s := self._store.get(k)) is not None and s.desired_replicas > 0 for k in keys)
-
-    async def _publish_wake(self, key: VariantKey, reason: str, *, view: ClusterView, now_s: float) -> None:
-        v = next(x for x in view.variants if x.key == key)
-        decision = VariantDecision(
-            key=key,
-            model_id=v.spec.model_id,
-            desired_replicas=1,
-            current_replicas=v.target.replicas if v.target else 0,
-            reason=reason,
-            path=DecisionPath.SCALE_FROM_ZERO,
-            analyzer=AnalyzerName.NONE,
-            accelerator=v.accelerator,
-            cost=v.spec.cost,
-            metrics_available=False,
-        )
-        self._store.upsert([decision], now_s=now_s)
-        alloc = DesiredAlloc(1, reason, now_s, now_s, v.accelerator)
-        self._state = replace(self._state, allocations={**self._state.allocations, key: alloc})
-        status = replace(v.status, desired=alloc, applied=False)
-        try:
-            await self._status.write(key, status, current=v.status)
-        except AdapterError as exc:
-            log.warning("status of %s not written after waking it: %s", key, exc)
-        log.info("scale-from-zero: %s → 1 (%s)", key, reason)
+        snapshot = wake_snapshot(view, queues, idle, now_s=now_s)
+        state_before = self._state
+        result, self._state = engine.wake(snapshot, self._state, now_s)
+        if not result.decisions:
+            return []
+        self._store.upsert(list(result.decisions.values()), now_s=now_s)
+        if self._recorder is not None:
+            self._recorder.record(
+                snapshot, result, state_before=state_before, configmaps=self._configmaps(view).sources
+            )
+        await self._write_statuses(engine.statuses(result, snapshot), view)
+        for key, decision in sorted(result.decisions.items()):
+            log.info("scale-from-zero: %s → 1 (%s)", key, decision.reason)
+        return sorted(result.decisions)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Cycle every interval and poll wakes every wake interval until `stop` is set."""

@@ -51,6 +51,11 @@ def explain_lines(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey |
     for index, (cycle, out) in enumerate(zip(fixture.cycles, replayed, strict=True)):
         lines: list[str] = [""]
         passed = passed and not out["mismatches"]
+        if cycle.kind == "scale-from-zero":
+            lines.append(f"Cycle {index + 1} at {out['now']} — scale-from-zero poll (EPP queues of idle models)")
+            lines.extend(_wake_lines(cycle, out, only))
+            yield from lines
+            continue
         lines.append(f"Cycle {index + 1} at {out['now']} — Prometheus {cycle.prometheus}")
         pods_by_variant: dict[str, list[fx.FixturePod]] = {}
         for pod in cycle.pods:
@@ -95,6 +100,19 @@ def explain_lines(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey |
     verdict = "the replay reproduces the recorded decisions" if passed else "the replay DIFFERS from the record"
     yield ""
     yield f"Replay check: {verdict}."
+
+
+def _wake_lines(cycle: fx.FixtureCycle, out: Mapping[str, Any], only: VariantKey | None) -> list[str]:
+    """A scale-from-zero poll: each idle model's EPP queue, and what it woke."""
+    lines = []
+    for model in cycle.models or ():
+        queue = "unknown" if model.epp_queue_size is None else _fmt(model.epp_queue_size)
+        lines.append(f"  Model {model.namespace}/{model.model_id} — EPP queue {queue}")
+    for key, d in out["decisions"].items():
+        if only is None or key == str(only):
+            move = f"{d['current_replicas']} → {d['desired_replicas']}"
+            lines.append(f"      {VariantKey.parse(key).name}: {move}  [{d['path']}]  {d['reason']}")
+    return lines
 
 
 def _pod_summary(pods: Sequence[fx.FixturePod]) -> str:

@@ -161,6 +161,9 @@ class FixtureCycle(_Model):
     now: str
     now_s: float | None = None
     """Ours (flight recorder): the exact epoch seconds of `now` (which RFC 3339 gives to the second)."""
+    kind: Literal["decide", "scale-from-zero"] = "decide"
+    """Ours (flight recorder): "scale-from-zero" for a poll between cycles (`engine.wake`, which reads the
+    models' `epp_queue_size`); "decide" for an engine cycle."""
     prometheus: Literal["ok", "unavailable"] = "ok"
     unavailable_models: list[FixtureModelRef] | None = Field(default=None, max_length=MAX_ITEMS_PER_CYCLE)
     """Ours: models whose collection failed while others succeeded (partial outage)."""

@@ -1,5 +1,5 @@
-"""The flight recorder: every cycle the leader decides, saved as a `wva-replay/v1` fixture that `replay` plays
-back to the same decisions.
+"""The flight recorder: every cycle the leader decides, and every scale-from-zero wake between cycles, saved as a
+`wva-replay/v1` fixture that `replay` plays back to the same decisions.
 
 A recorded fixture holds the cycle's complete engine input — the VAs with the status the engine read, the scale
 targets (with a pod template that parses back to the same GPU count, accelerator, role and vLLM arguments), the
@@ -31,7 +31,7 @@ from typing import Any
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE
 from adapter.config.podtemplate import ROLE_LABEL
 from adapter.config.va import status_to_dict
-from adapter.domain.decision import CycleResult
+from adapter.domain.decision import CycleKind, CycleResult
 from adapter.domain.snapshot import ModelTraffic, NodeGpus, PodMetrics, ScaleTarget, Snapshot, VariantView
 from adapter.domain.timefmt import format_rfc3339
 from adapter.engine.state import EngineState, state_to_json
@@ -176,6 +176,8 @@ def build_fixture(
             for key, d in sorted(result.decisions.items())
         },
     }
+    if result.kind is not CycleKind.DECIDE:
+        cycle["kind"] = str(result.kind)
     if snapshot.unavailable_models:
         cycle["unavailable_models"] = [
             {"namespace": m.namespace, "model_id": m.model_id} for m in sorted(snapshot.unavailable_models)
@@ -242,7 +244,8 @@ class FlightRecorder:
         state_before: EngineState,
         configmaps: Iterable[tuple[str, str, Mapping[str, str]]],
     ) -> None:
-        """Queue one cycle for writing and return at once (never raises)."""
+        """Queue one cycle for writing and return at once (never raises). Without a running event loop (a virtual
+        clock, a test) the file is written before this returns."""
         try:
             doc = build_fixture(
                 snapshot,
@@ -274,28 +277,6 @@ class FlightRecorder:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
-
-    def write_now(
-        self,
-        snapshot: Snapshot,
-        result: CycleResult,
-        *,
-        state_before: EngineState,
-        configmaps: Iterable[tuple[str, str, Mapping[str, str]]],
-    ) -> None:
-        """Synchronous `record` (the demo and tests on a virtual clock)."""
-        doc = build_fixture(
-            snapshot,
-            result,
-            state_before=state_before,
-            configmaps=list(configmaps),
-            controller_namespace=self.controller_namespace,
-            scale_to_zero_env=self.scale_to_zero_env,
-        )
-        payload = json.dumps(doc, indent=1, allow_nan=False).encode()
-        with self._busy:
-            self._seq += 1
-            self._write(f"{FILE_PREFIX}{int(result.now_s * 1000):015d}-{self._seq:06d}.json", payload)
 
     def _write_locked(self, name: str, payload: bytes) -> None:
         try:

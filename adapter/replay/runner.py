@@ -70,13 +70,17 @@ def cycles(
             metrics_available=cycle.prometheus == "ok",
             unavailable_models=frozenset(ModelKey(m.namespace, m.model_id) for m in cycle.unavailable_models or ()),
         )
-        result, state = engine.decide(snapshot, state, config, now_s)
+        if cycle.kind == "scale-from-zero":
+            result, state = engine.wake(snapshot, state, now_s)
+        else:
+            result, state = engine.decide(snapshot, state, config, now_s)
         new_statuses = engine.statuses(result, snapshot)
         statuses.update(new_statuses)
         mismatches = _mismatches(cycle, result.decisions)
         yield (
             {
                 "now": format_rfc3339(now_s),
+                **({"kind": cycle.kind} if cycle.kind != "decide" else {}),
                 "decisions": {
                     str(key): {
                         "desired_replicas": d.desired_replicas,

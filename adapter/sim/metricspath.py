@@ -221,9 +221,6 @@ class SeriesStore:
                 out[name] = (series.variant, read(sample))
         return out
 
-    def variants_of_pods(self) -> dict[str, str]:
-        return {name: s.variant for name, s in self._series.items()}
-
     # ---------------------------------------------------------------- query evaluation
 
     def _pod_labels(self, pod: str) -> dict[str, str]:

@@ -11,11 +11,12 @@ the baselines a user would otherwise configure.
 | `hpa-kv`     | an HPA per variant on the pods' KV-cache utilisation, AverageValue target 0.7                  |
 | `keda-queue` | a KEDA ScaledObject per variant on the pods' waiting requests, AverageValue target 5          |
 | `static`     | nothing scales: the initial replicas stay                                                     |
+| `oracle`     | the clairvoyant schedule (adapter.sim.oracle) set on spec.replicas, each replica requested its |
+|              | variant's p90 startup ahead (adapter.sim.actuators.ScheduleActuator): measured, not assumed   |
 
-The `wva-*` policies are checked against `adapter.engine.IMPLEMENTED_ANALYZERS` before anything runs, and the
-ConfigMaps they produce are checked with the engine's own selection (`choose_analyzer`): a policy the engine
-cannot honour is a `PolicyError` (exit 2), never a silent V1. New analyzers are picked up as soon as the engine
-lists them.
+The ConfigMaps the `wva-*` policies produce are checked with the engine's own selection
+(`adapter.analyzers.registry.choose`): a policy the engine would not honour is a `PolicyError` (exit 2), never
+a silent V1.
 
 Baselines read the simulated Prometheus the way their adapters do — the latest scraped sample of each pod that
 is still scraped (an instant query): `Σ_pods kv_cache_usage` for the HPA (proposal ⌈Σ / 0.7⌉, i.e. ⌈replicas ·
@@ -34,20 +35,18 @@ from typing import Any
 
 import yaml
 
-from adapter import engine
+from adapter.analyzers import registry
 from adapter.config.configmaps import QUEUEING_CM, SATURATION_CM, ConfigSet
-from adapter.config.engine import EngineConfig
 from adapter.config.safeload import MAX_DOCUMENT_BYTES, load_yaml
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.errors import ConfigError
 from adapter.domain.ids import ModelKey
-from adapter.engine.analyze import choose_analyzer
 from adapter.sim.actuators import HpaEmulator, KedaEmulator, actuator_from_spec
 from adapter.sim.metricspath import SeriesStore
 
 
 class PolicyError(ConfigError):
-    """A policy that cannot run here (unknown, or its analyzer is not implemented by the engine)."""
+    """A policy that cannot run here (unknown, or the engine would select another analyzer for it)."""
 
 
 class Policy(StrEnum):
@@ -57,6 +56,7 @@ class Policy(StrEnum):
     HPA_KV = "hpa-kv"
     KEDA_QUEUE = "keda-queue"
     STATIC = "static"
+    ORACLE = "oracle"
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
@@ -72,22 +72,12 @@ KEDA_QUEUE_TARGET = 5.0
 """AverageValue target of the keda-queue baseline: waiting requests per pod."""
 
 
-def parse_policy(name: str, *, implemented: frozenset[AnalyzerName] | None = None) -> Policy:
-    """The policy called `name`; a PolicyError when it is unknown or needs an analyzer the engine lacks
-    (`implemented` defaults to `adapter.engine.IMPLEMENTED_ANALYZERS`, read at each call)."""
-    if implemented is None:
-        implemented = engine.IMPLEMENTED_ANALYZERS
+def parse_policy(name: str) -> Policy:
+    """The policy called `name`; a PolicyError when it is unknown."""
     try:
-        policy = Policy(name)
+        return Policy(name)
     except ValueError:
         raise PolicyError(f"policy {name!r}: expected one of {', '.join(POLICIES)}") from None
-    analyzer = POLICY_ANALYZER.get(policy)
-    if analyzer is not None and analyzer not in implemented:
-        raise PolicyError(
-            f"policy {policy}: needs the {analyzer} analyzer, which this engine does not implement "
-            f"(implemented: {', '.join(sorted(str(a) for a in implemented))}); refusing rather than running another"
-        )
-    return policy
 
 
 def is_wva(policy: Policy) -> bool:
@@ -170,7 +160,7 @@ def _check_selection(
     if edited.errors():
         raise PolicyError(f"policy {policy}: the edited ConfigMaps are invalid: {'; '.join(edited.errors()[:3])}")
     sat_cfg, _ = edited.saturation(model)
-    chosen, _ = choose_analyzer(EngineConfig(configmaps=edited), model, sat_cfg)
+    chosen = registry.choose(edited, model, sat_cfg).name
     if chosen is not POLICY_ANALYZER[policy]:
         raise PolicyError(
             f"policy {policy}: the engine would select {chosen} for {model}, not {POLICY_ANALYZER[policy]}"

@@ -12,8 +12,8 @@ import math
 import pytest
 
 from adapter.config.engine import EngineConfig
-from adapter.domain.decision import AnalyzerName, DecisionPath
-from adapter.domain.snapshot import ConditionType
+from adapter.domain.decision import AnalyzerName
+from adapter.domain.snapshot import ConditionType, DecisionPath
 from adapter.enforcer.fallback import FALLBACK_PRESERVE_REASON
 
 from .builders import (
@@ -210,6 +210,20 @@ def test_an_optimizer_zero_waits_the_retention_period_because_lastupdate_ignores
     fleet.cycle(T0 + 12 * CYCLE, load(fleet, IDLE))
     assert fleet.desired() == {"cheap": 0, "dear": 0}
     assert fleet.statuses[key("cheap")].desired.last_update_s == T0 + 12 * CYCLE
+
+
+def test_status_and_memory_carry_one_allocation_when_a_status_write_was_lost():
+    """The allocation is computed once per decision: VA status and this process's memory agree on lastUpdate
+    even when the previous status write was lost (memory newer than status)."""
+    fleet = two_variants()
+    fleet.cycle(T0, load(fleet, STEADY))
+    fleet.statuses.clear()  # the leader's status writes of that cycle never arrived
+    result = fleet.cycle(T0 + CYCLE, load(fleet, STEADY))
+    for name in ("cheap", "dear"):
+        persisted = fleet.statuses[key(name)].desired
+        assert persisted == fleet.state.allocations[key(name)] == result.allocations[key(name)]
+        assert persisted is not None
+        assert persisted.last_update_s == T0, "unchanged decision: lastUpdate from the first cycle, not the second"
 
 
 def test_the_first_optimizer_zero_without_any_status_is_a_first_run_grace_period():

@@ -9,10 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapter.analyzers import saturation, tokens
+from adapter.analyzers.queueing import analyzer as queueing
+from adapter.analyzers.queueing import ekf
 from adapter.analyzers.saturation import NotReportingSince
 from adapter.analyzers.tokens import CapacityRecord, K2History, TokenMemory
 from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import DesiredAlloc
+from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.engine.state import EngineState, StateFormatError, state_from_json, state_to_json
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
@@ -25,14 +28,41 @@ allocs = st.builds(
     last_run_time_s=times,
     last_update_s=st.none() | times,
     accelerator=st.sampled_from(["", "A100", "L4"]),
+    path=st.sampled_from(list(DecisionPath)),
 )
-states = st.builds(
-    EngineState,
-    allocations=st.dictionaries(keys, allocs, max_size=5),
-    not_reporting=st.dictionaries(
-        keys, st.builds(NotReportingSince, st.integers(0, 50), st.integers(0, 50), times), max_size=3
+positive = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False, allow_infinity=False)
+filters = st.builds(
+    lambda a, b, c, var, t: ekf.FilterState(
+        a, b, c, ((var, 0.0, 0.0), (0.0, var, 0.0), (0.0, 0.0, var)), *ekf.STATE_LIMITS, t
     ),
-    tokens=st.builds(
+    positive,
+    positive,
+    positive,
+    st.floats(min_value=1e-3, max_value=10.0),
+    times,
+)
+
+
+def _state(
+    allocations: dict[VariantKey, DesiredAlloc],
+    not_reporting: dict[VariantKey, NotReportingSince],
+    token_memory: TokenMemory,
+    filter_states: dict[VariantKey, ekf.FilterState],
+) -> EngineState:
+    """An engine state with a slot per analyzer that remembers something (empty slots are not kept)."""
+    memories = {
+        saturation.ANALYZER.name: not_reporting,
+        tokens.ANALYZER.name: token_memory,
+        queueing.ANALYZER.name: filter_states,
+    }
+    return EngineState(allocations, {name: m for name, m in memories.items() if m not in ({}, TokenMemory())})
+
+
+states = st.builds(
+    _state,
+    st.dictionaries(keys, allocs, max_size=5),
+    st.dictionaries(keys, st.builds(NotReportingSince, st.integers(0, 50), st.integers(0, 50), times), max_size=3),
+    st.builds(
         TokenMemory,
         k2_history=st.dictionaries(
             names, st.builds(K2History, st.lists(st.integers(0, 10**7), max_size=10).map(tuple), times), max_size=3
@@ -41,6 +71,7 @@ states = st.builds(
             keys, st.builds(CapacityRecord, st.integers(0, 10**7), st.integers(0, 10**7), times), max_size=3
         ),
     ),
+    st.dictionaries(keys, filters, max_size=3),
 )
 
 
@@ -80,6 +111,16 @@ BASE: dict[str, Any] = {
             id="bool-is-not-int",
         ),
         pytest.param(
+            {"allocations": {"llm/a": {**BASE["allocations"]["llm/a"], "path": "sideways"}}},
+            "$.allocations['llm/a'].path",
+            id="unknown-path",
+        ),
+        pytest.param(
+            {"queueing": {"llm/a": {"alpha_ms": -1}}},
+            "$.queueing['llm/a']",
+            id="bad-filter-state",
+        ),
+        pytest.param(
             {"tokens": {"k2_history": {"m|A100|short": {"samples_tokens": [1, -2], "updated_s": 0}}}},
             "$.tokens.k2_history['m|A100|short'].samples_tokens",
             id="negative-sample",
@@ -94,3 +135,8 @@ def test_invalid_documents_name_their_path(doc: Any, path: str) -> None:
 
 def test_empty_document_is_the_empty_state() -> None:
     assert state_from_json({}) == EngineState()
+
+
+def test_an_allocation_recorded_before_paths_were_reads_as_unknown() -> None:
+    state = state_from_json(BASE)
+    assert state.allocations[VariantKey("llm", "a")].path is DecisionPath.UNKNOWN

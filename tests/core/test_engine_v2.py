@@ -11,7 +11,7 @@ import pytest
 
 from adapter import engine
 from adapter.config.engine import EngineConfig
-from adapter.domain.decision import DecisionPath
+from adapter.domain.snapshot import DecisionPath
 from adapter.engine import pipeline
 
 from . import v2_fixtures

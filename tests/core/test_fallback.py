@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.domain.decision import DecisionPath
+from adapter.domain.snapshot import DecisionPath
 from adapter.enforcer.fallback import (
     FALLBACK_PRESERVE_REASON,
     FIRST_RUN_REASON,

@@ -1,4 +1,4 @@
-"""Seed 000, "Analysis Algorithm": the V1 saturation analysis (`adapter.analyzers.saturation.analyze`).
+"""Seed 000, "Analysis Algorithm": the V1 saturation analysis (`adapter.analyzers.saturation.measure`).
 
 Boundary cases use binary-exact thresholds (EXACT: kv 0.75 / queue 5, triggers 0.25 / 3) so that the inclusive
 and strict comparisons are exercised on exact equality; worked examples use seed 000's recommended values
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.analyzers.saturation import analyze
+from adapter.analyzers.saturation import measure
 from adapter.config.configmaps import SaturationConfig
 
 from .builders import EXACT, RECOMMENDED, pod, pods, same_pods
@@ -28,7 +28,7 @@ COSTS = {"a": 5.0, "b": 20.0}
     ],
 )
 def test_a_replica_is_saturated_when_kv_or_queue_reaches_its_threshold_inclusively(kv, queue, saturated):
-    analysis = analyze([pod("a", "a-0", kv, queue)], cfg=EXACT, costs=COSTS)
+    analysis = measure([pod("a", "a-0", kv, queue)], cfg=EXACT, costs=COSTS)
     variant = analysis.variants[0]
     assert (variant.saturated_pods == ("a-0",)) is saturated
     assert analysis.non_saturated_count == (0 if saturated else 1)
@@ -50,7 +50,7 @@ def test_a_replica_is_saturated_when_kv_or_queue_reaches_its_threshold_inclusive
     ],
 )
 def test_scale_up_fires_only_when_an_average_spare_is_strictly_below_its_trigger(loads, should_scale_up):
-    analysis = analyze(pods("a", *loads), cfg=EXACT, costs=COSTS)
+    analysis = measure(pods("a", *loads), cfg=EXACT, costs=COSTS)
     assert analysis.should_scale_up is should_scale_up
 
 
@@ -76,7 +76,7 @@ def test_scale_up_fires_only_when_an_average_spare_is_strictly_below_its_trigger
     ],
 )
 def test_scale_down_is_safe_only_when_the_n_over_n_minus_1_simulation_keeps_both_triggers(loads, safe):
-    analysis = analyze(pods("a", *loads), cfg=EXACT, costs=COSTS)
+    analysis = measure(pods("a", *loads), cfg=EXACT, costs=COSTS)
     assert analysis.scale_down_safe is safe
 
 
@@ -84,7 +84,7 @@ def test_one_saturated_and_two_idle_replicas_can_be_safe_to_scale_down_with_the_
     # Seed 000 (research §1.3 edge): saturated replicas are excluded from the N/(N-1) simulation.
     # kv 0.95 is saturated; the two idle replicas give N=2, avg spare kv 0.8, queue 5;
     # load 0 x 2 = 0 -> remaining 0.8 >= 0.1 and 5 >= 3 -> safe.
-    analysis = analyze(pods("a", (0.95, 0.0), (0.0, 0.0), (0.0, 0.0)), cfg=RECOMMENDED, costs=COSTS)
+    analysis = measure(pods("a", (0.95, 0.0), (0.0, 0.0), (0.0, 0.0)), cfg=RECOMMENDED, costs=COSTS)
     assert analysis.non_saturated_count == 2
     assert analysis.avg_spare_kv == pytest.approx(0.8)
     assert analysis.avg_spare_queue == pytest.approx(5.0)
@@ -94,7 +94,7 @@ def test_one_saturated_and_two_idle_replicas_can_be_safe_to_scale_down_with_the_
 
 def test_with_no_non_saturated_replica_the_averages_are_zero_and_scale_up_fires():
     # All three saturated (kv >= 0.80 or queue >= 5): no spare to average -> 0 and 0; 0 < 0.1 -> scale-up.
-    analysis = analyze(pods("a", (0.8, 0.0), (0.1, 5.0), (0.99, 7.0)), cfg=RECOMMENDED, costs=COSTS)
+    analysis = measure(pods("a", (0.8, 0.0), (0.1, 5.0), (0.99, 7.0)), cfg=RECOMMENDED, costs=COSTS)
     assert analysis.non_saturated_count == 0
     assert analysis.avg_spare_kv == 0.0
     assert analysis.avg_spare_queue == 0.0
@@ -105,7 +105,7 @@ def test_with_no_non_saturated_replica_the_averages_are_zero_and_scale_up_fires(
 def test_with_zero_triggers_an_all_saturated_model_does_not_scale_up():
     # Research §1.3: 0 < 0 is false, so zero triggers never fire, even with every replica saturated.
     cfg = SaturationConfig(kv_cache_threshold=0.8, queue_length_threshold=5, kv_spare_trigger=0, queue_spare_trigger=0)
-    analysis = analyze(same_pods("a", 2, 0.9, 6), cfg=cfg, costs=COSTS)
+    analysis = measure(same_pods("a", 2, 0.9, 6), cfg=cfg, costs=COSTS)
     assert analysis.should_scale_up is False
 
 
@@ -115,7 +115,7 @@ def test_model_level_averages_are_the_plain_mean_over_non_saturated_replicas_acr
     # (3 x 0.5 + 0.25) / 4 = 1.75 / 4 = 0.4375 (the mean of the variant means would be 0.375).
     # Queue: a pods queue 1 (spare 4), b pod queue 3 (spare 2): (3 x 4 + 2) / 4 = 3.5.
     data = same_pods("a", 3, 0.25, 1.0) + pods("b", (0.5, 3.0), (0.75, 0.0))
-    analysis = analyze(data, cfg=EXACT, costs=COSTS)
+    analysis = measure(data, cfg=EXACT, costs=COSTS)
     assert analysis.non_saturated_count == 4
     assert analysis.total_replicas == 5
     assert analysis.avg_spare_kv == 0.4375
@@ -133,8 +133,8 @@ def test_a_replica_crossing_into_saturation_leaves_the_mean_so_more_load_can_sto
     # and 0.375 (spare 0.375): mean 0.21875 < 0.25 -> scale-up. Push the first pod to 0.75: it is saturated, the
     # mean is the second pod's 0.375 >= 0.25 -> no scale-up. This is why the monotonicity property
     # (test_properties) only raises load on replicas that stay on the same side of the threshold.
-    before = analyze(pods("a", (0.6875, 0.0), (0.375, 0.0)), cfg=EXACT, costs=COSTS)
-    after = analyze(pods("a", (0.75, 0.0), (0.375, 0.0)), cfg=EXACT, costs=COSTS)
+    before = measure(pods("a", (0.6875, 0.0), (0.375, 0.0)), cfg=EXACT, costs=COSTS)
+    after = measure(pods("a", (0.75, 0.0), (0.375, 0.0)), cfg=EXACT, costs=COSTS)
     assert before.avg_spare_kv == 0.21875
     assert before.should_scale_up is True
     assert after.avg_spare_kv == 0.375
@@ -144,7 +144,7 @@ def test_a_replica_crossing_into_saturation_leaves_the_mean_so_more_load_can_sto
 def test_the_implementation_docstrings_worked_example_four_replicas_at_kv_0_2_is_safe_to_scale_down():
     # avg spare kv 0.8 - 0.2 = 0.6, queue 5; load_kv 0.2 x 4/3 = 0.2667 -> remaining 0.5333 >= 0.1;
     # load_q 0 -> remaining 5 >= 3 -> safe; 0.6 >= 0.1 and 5 >= 3 -> no scale-up.
-    analysis = analyze(same_pods("a", 2, 0.2, 0) + same_pods("b", 2, 0.2, 0), cfg=RECOMMENDED, costs=COSTS)
+    analysis = measure(same_pods("a", 2, 0.2, 0) + same_pods("b", 2, 0.2, 0), cfg=RECOMMENDED, costs=COSTS)
     assert analysis.avg_spare_kv == pytest.approx(0.6)
     assert analysis.avg_spare_queue == pytest.approx(5.0)
     assert analysis.scale_down_safe is True
@@ -155,7 +155,7 @@ def test_the_seed_scale_up_fixture_arithmetic_fires_on_kv_and_queue():
     # seed000-scale-up-cheapest: kv 0.75/0.76/0.72/0.74 -> spares 0.05/0.04/0.08/0.06, mean 0.0575 < 0.1;
     # queue 2/2/1/2 -> spares 3/3/4/3, mean 3.25 >= 3. Scale-up on KV only.
     data = pods("v1-l4", (0.75, 2), (0.76, 2)) + pods("v2-a100", (0.72, 1), (0.74, 2))
-    analysis = analyze(data, cfg=RECOMMENDED, costs={"v1-l4": 5, "v2-a100": 20})
+    analysis = measure(data, cfg=RECOMMENDED, costs={"v1-l4": 5, "v2-a100": 20})
     assert analysis.avg_spare_kv == pytest.approx(0.0575)
     assert analysis.avg_spare_queue == pytest.approx(3.25)
     assert analysis.should_scale_up is True
@@ -164,7 +164,7 @@ def test_the_seed_scale_up_fixture_arithmetic_fires_on_kv_and_queue():
 
 
 def test_an_empty_input_gives_an_empty_analysis_that_neither_scales_up_nor_down():
-    analysis = analyze([], cfg=RECOMMENDED, costs=COSTS)
+    analysis = measure([], cfg=RECOMMENDED, costs=COSTS)
     assert analysis.total_replicas == 0
     assert analysis.variants == ()
     assert analysis.should_scale_up is False
@@ -173,6 +173,6 @@ def test_an_empty_input_gives_an_empty_analysis_that_neither_scales_up_nor_down(
 
 def test_the_analysis_does_not_depend_on_the_order_of_pods():
     data = pods("a", (0.3, 1), (0.7, 2), (0.1, 0)) + pods("b", (0.5, 4), (0.79, 0))
-    forward = analyze(data, cfg=RECOMMENDED, costs=COSTS)
-    backward = analyze(tuple(reversed(data)), cfg=RECOMMENDED, costs=COSTS)
+    forward = measure(data, cfg=RECOMMENDED, costs=COSTS)
+    backward = measure(tuple(reversed(data)), cfg=RECOMMENDED, costs=COSTS)
     assert forward == backward

@@ -11,8 +11,8 @@ from adapter.analyzers.saturation import (
     SaturationAnalysis,
     TargetResult,
     VariantReplicaState,
-    analyze,
     calculate_targets,
+    measure,
 )
 
 from .builders import EXACT, T0, rstate, same_pods
@@ -37,7 +37,7 @@ def run(
     """Analyse `reporting[v]` pods per variant, all at `load`, then compute targets."""
     data = tuple(p for name, n in reporting.items() for p in same_pods(name, n, *load))
     costs = {s.name: s.cost for s in states}
-    analysis = analyze(data, cfg=EXACT, costs=costs)
+    analysis = measure(data, cfg=EXACT, costs=costs)
     result = calculate_targets(
         analysis, states, now_s=now, transition_timeout_s=TIMEOUT, not_reporting=not_reporting or {}
     )
@@ -345,7 +345,7 @@ def test_seed_timeline_with_protection_blocks_until_all_new_pods_report():
 
     def cycle(now: float, current: int, reporting: int, desired: int, load=hot) -> TargetResult:
         state = rstate("variant-1", cost=5, current=current, desired=desired, since=T0)
-        analysis = analyze(same_pods("variant-1", reporting, *load), cfg=EXACT, costs={"variant-1": 5})
+        analysis = measure(same_pods("variant-1", reporting, *load), cfg=EXACT, costs={"variant-1": 5})
         return calculate_targets(analysis, [state], now_s=now, transition_timeout_s=TIMEOUT, not_reporting={})
 
     t0 = cycle(T0, current=2, reporting=2, desired=0)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
+from adapter.domain.decision import AnalyzerName, VariantDecision
 from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import DecisionPath
 from adapter.store import DecisionStore
 
 from .builders import T0, key

@@ -54,7 +54,7 @@ def analyze(
     cfg: SaturationConfig = CFG,
 ) -> tuple[CapacitySignal | NoSignal, v2.TokenMemory]:
     by_variant = {v.key.name: [p for p in pods if p.variant == v.key.name] for v in views}
-    return v2.analyze(
+    return v2.measure(
         MODEL,
         views,
         by_variant,

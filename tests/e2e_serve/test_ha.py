@@ -26,7 +26,8 @@ from adapter.domain.cluster import ModelQuery
 from adapter.domain.ids import ModelKey
 from adapter.k8s import resources as r
 from adapter.k8s.leader import DEFAULT_LEASE_NAME
-from adapter.metrics.queries import SATURATION_V1_QUERIES, QueryName, build_queries
+from adapter.metrics.queries import QueryName, build_queries
+from tests.metrics import V1_QUERIES
 from tests.metrics.emulators import FakePrometheus, vector
 
 from .support import (
@@ -56,8 +57,7 @@ HA = {
     "engine_interval_s": 0.5,
 }
 QUERIES = {
-    q.name: q.promql
-    for q in build_queries([ModelQuery(ModelKey(NS, MODEL), retention_s=600.0)], metrics=SATURATION_V1_QUERIES)
+    q.name: q.promql for q in build_queries([ModelQuery(ModelKey(NS, MODEL), retention_s=600.0)], metrics=V1_QUERIES)
 }
 
 

@@ -16,7 +16,14 @@ import yaml
 from adapter.config.va import status_from_dict
 from adapter.domain.errors import KubeConflict
 from adapter.domain.ids import VariantKey
-from adapter.domain.snapshot import Condition, ConditionType, DesiredAlloc, Recommendation, VariantStatus
+from adapter.domain.snapshot import (
+    Condition,
+    ConditionType,
+    DecisionPath,
+    DesiredAlloc,
+    Recommendation,
+    VariantStatus,
+)
 from adapter.k8s import resources as r
 from adapter.k8s.client import KubeClient
 from adapter.k8s.status import StatusWriter, condition_reason, merge_patch, status_to_dict
@@ -37,12 +44,14 @@ ALLOC = DesiredAlloc(
     last_run_time_s=T0 + 60,
     last_update_s=T0,
     accelerator="L4",
+    path=DecisionPath.OPTIMIZER,
 )
 
 STATUSES = {
     "empty": VariantStatus(),
     "desired-only": VariantStatus(desired=ALLOC),
-    "never-updated": VariantStatus(desired=DesiredAlloc(0, "first run", T0, None)),
+    "never-updated": VariantStatus(desired=DesiredAlloc(0, "first run", T0, None, path=DecisionPath.LAST_RESORT)),
+    "written-without-a-path": VariantStatus(desired=DesiredAlloc(2, "from an older release", T0, T0)),
     "applied-false": VariantStatus(desired=ALLOC, applied=False),
     "full": VariantStatus(desired=ALLOC, applied=True, conditions=(OK, METRICS)),
     "false-condition": VariantStatus(
@@ -84,6 +93,7 @@ def test_rendering_details() -> None:
             "lastRunTime": "2026-01-01T00:01:00Z",
             "lastUpdate": "2026-01-01T00:00:00Z",
             "reason": ALLOC.reason,
+            "path": "optimizer",
             "accelerator": "L4",
         },
         "actuation": {"applied": True},

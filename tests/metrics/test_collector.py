@@ -15,7 +15,8 @@ from adapter.domain.errors import ConfigError, PrometheusUnavailable, QueryError
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import ModelTraffic
 from adapter.metrics.collector import PrometheusCollector, VectorSample, assemble, parse_vector
-from adapter.metrics.queries import SATURATION_V1_QUERIES, Query, QueryName, build_queries
+from adapter.metrics.queries import Query, QueryName, build_queries
+from tests.metrics import V1_QUERIES
 
 from .emulators import FakePrometheus, vector
 
@@ -468,7 +469,7 @@ async def test_collect_runs_concurrently(fake: FakePrometheus) -> None:
 
 async def test_metric_selection_sends_only_those_queries(fake: FakePrometheus) -> None:
     fake.answers = healthy_answers()
-    async with PrometheusCollector(fake.url, metrics=SATURATION_V1_QUERIES) as collector:
+    async with PrometheusCollector(fake.url, metrics=V1_QUERIES) as collector:
         got = await collector.collect(MODELS, POD_VARIANTS)
     assert len(fake.seen) == 2 + 2 + 2  # kv, queue, EPP size/bytes, two retention periods
     p0 = next(p for p in got.pods if p.pod == "llama-0")

@@ -8,6 +8,7 @@ from adapter.domain.cluster import ModelQuery
 from adapter.domain.ids import ModelKey
 from adapter.metrics import queries as q
 from adapter.metrics.queries import QueryName, QueryWindows, build_queries
+from tests.metrics import V1_QUERIES
 
 LLAMA = ModelKey("ns-a", "meta/llama-3.1-8b")
 QWEN = ModelKey("ns-b", "Qwen/Qwen2.5-7B")
@@ -281,7 +282,7 @@ def test_many_namespaces_drop_every_matcher() -> None:
     ("metrics", "expected"),
     [
         pytest.param(
-            q.SATURATION_V1_QUERIES,
+            V1_QUERIES,
             [
                 QueryName.KV_CACHE_USAGE,
                 QueryName.QUEUE_LENGTH,

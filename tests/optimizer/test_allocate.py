@@ -3,19 +3,25 @@ share), exact MILP mode, accelerator normalisation; worked examples with ids and
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapter.config.configmaps import AllocationMode
 from adapter.domain.accelerators import normalize_accelerator
-from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, GpuPools, VariantSupply
 from adapter.domain.decision import AnalyzerName
-from adapter.domain.ids import ModelKey
-from adapter.domain.snapshot import NodeGpus
-from adapter.optimizer.allocate import AllocationPolicy, ModelAllocation, OptimizerMode, allocate
-from adapter.optimizer.limiter import GpuUse, free_gpus, gpu_pools
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import NodeGpus, ScaleTarget, VariantSpec, VariantView
+from adapter.optimizer import exact
+from adapter.optimizer.allocate import ModelAllocation, allocate
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 A, B = ModelKey("ns", "a"), ModelKey("ns", "b")
 
@@ -41,14 +47,27 @@ def signal(
     spare: float = 0.0,
     priority: float = 1.0,
     proposal: dict[str, int] | None = None,
+    spare_fraction: float = 0.0,
 ) -> CapacitySignal:
     return CapacitySignal(
-        model, AnalyzerName.SATURATION_TOKEN, CapacityUnit.TOKENS, required, spare, tuple(variants), priority, proposal
+        model,
+        AnalyzerName.SATURATION_TOKEN,
+        CapacityUnit.TOKENS,
+        required,
+        spare,
+        tuple(variants),
+        priority,
+        proposal,
+        spare_fraction,
     )
 
 
-def uses_of(*signals: CapacitySignal) -> list[GpuUse]:
-    return [GpuUse(v.accelerator, v.current_replicas, v.gpus_per_replica) for s in signals for v in s.variants]
+def uses_of(*signals: CapacitySignal) -> dict[str, int]:
+    """The GPUs the signals' variants hold now, per pool (as `GpuPools.of` counts them: "" is no pool)."""
+    used: dict[str, int] = {}
+    for v in (v for s in signals for v in s.variants if v.accelerator):
+        used[v.accelerator] = used.get(v.accelerator, 0) + v.current_replicas * v.gpus_per_replica
+    return used
 
 
 # ---- pools and names ----------------------------------------------------------------------------------------
@@ -68,14 +87,20 @@ def test_node_and_va_names_meet_in_one_pool(product: str, pool: str) -> None:
     assert normalize_accelerator(product) == pool
 
 
+def _view(name: str, accelerator: str, replicas: int, gpus_per_replica: int) -> VariantView:
+    spec = VariantSpec(VariantKey("ns", name), "m", "Deployment", name, accelerator=accelerator)
+    target = ScaleTarget("Deployment", "ns", name, replicas, replicas, replicas, gpus_per_replica=gpus_per_replica)
+    return VariantView(spec=spec, target=target)
+
+
 def test_free_gpus_per_pool() -> None:
-    pools = gpu_pools([NodeGpus("n1", "A100", 8), NodeGpus("n2", "A100", 8), NodeGpus("n3", "L4", 4)])
+    nodes = [NodeGpus("n1", "NVIDIA-A100-SXM4-80GB", 8), NodeGpus("n2", "A100", 8), NodeGpus("n3", "L4", 4)]
+    views = [_view("a", "A100", 3, 4), _view("l", "L4", 5, 1), _view("h", "H100", 1, 1), _view("x", "", 9, 1)]
+    pools = GpuPools.of(nodes, views)
+    assert pools.allocatable == {"A100": 16, "L4": 4}
+    assert pools.used == {"A100": 12, "L4": 5, "H100": 1}  # a VA of unknown accelerator is in no pool
     # A100: 16 − 3·4 = 4; L4: 4 − 5 → 0 (never negative); H100: no node → 0
-    assert free_gpus(pools, [GpuUse("A100", 3, 4), GpuUse("L4", 5, 1), GpuUse("H100", 1, 1)]) == {
-        "A100": 4,
-        "H100": 0,
-        "L4": 0,
-    }
+    assert pools.free() == {"A100": 4, "H100": 0, "L4": 0}
 
 
 # ---- cost-aware (limiter off) -------------------------------------------------------------------------------
@@ -83,9 +108,9 @@ def test_free_gpus_per_pool() -> None:
 
 def test_cost_aware_ignores_gpus_when_the_limiter_is_off() -> None:
     s = signal(A, supply("x", cost=1, cap=1000, current=1), required=5000)
-    out = allocate([s], policy=AllocationPolicy(), pools={"A100": 0}, uses=uses_of(s))
+    out = allocate([s], mode=AllocationMode(), gpus=GpuPools({"A100": 0}, uses_of(s)))
     assert out[A].targets == {"x": 6}  # ceil(5000/1000) = 5 more
-    assert out[A].optimizer == OptimizerMode.COST_AWARE
+    assert out[A].optimizer == "cost-aware"
 
 
 # ---- greedy-by-score fair share -----------------------------------------------------------------------------
@@ -95,7 +120,7 @@ def test_fair_share_splits_a_pool_between_equal_models() -> None:
     # A and B each need 3 replicas' worth; 4 free GPUs: one replica each in turn → 2 and 2 (the docstring example)
     sa = signal(A, supply("a1", cost=1, cap=100), required=300)
     sb = signal(B, supply("b1", cost=1, cap=100), required=300)
-    out = allocate([sa, sb], policy=AllocationPolicy(limiter=True), pools={"A100": 4}, uses=uses_of(sa, sb))
+    out = allocate([sa, sb], mode=AllocationMode(limiter=True), gpus=GpuPools({"A100": 4}, uses_of(sa, sb)))
     assert out[A].targets == {"a1": 2}
     assert out[B].targets == {"b1": 2}
     assert out[A].unmet == pytest.approx(100)
@@ -107,7 +132,7 @@ def test_priority_weights_the_share() -> None:
     # then A is done (3 given) and B gets the last one.
     sa = signal(A, supply("a1", cost=1, cap=100), required=300, priority=3)
     sb = signal(B, supply("b1", cost=1, cap=100), required=300)
-    out = allocate([sa, sb], policy=AllocationPolicy(limiter=True), pools={"A100": 4}, uses=uses_of(sa, sb))
+    out = allocate([sa, sb], mode=AllocationMode(limiter=True), gpus=GpuPools({"A100": 4}, uses_of(sa, sb)))
     assert (out[A].targets, out[B].targets) == ({"a1": 3}, {"b1": 1})
 
 
@@ -116,20 +141,20 @@ def test_limited_model_spills_to_another_pool() -> None:
     s = signal(
         A, supply("big", cost=2, cap=1000, accel="A100"), supply("small", cost=1, cap=300, accel="L4"), required=900
     )
-    out = allocate([s], policy=AllocationPolicy(limiter=True), pools={"A100": 0, "L4": 8}, uses=uses_of(s))
+    out = allocate([s], mode=AllocationMode(limiter=True), gpus=GpuPools({"A100": 0, "L4": 8}, uses_of(s)))
     assert out[A].targets == {"big": 0, "small": 3}
     assert out[A].unmet == 0
 
 
 def test_unknown_accelerator_is_not_limited() -> None:
     s = signal(A, supply("x", cost=1, cap=100, accel=""), required=250)
-    out = allocate([s], policy=AllocationPolicy(limiter=True), pools={"A100": 0}, uses=uses_of(s))
+    out = allocate([s], mode=AllocationMode(limiter=True), gpus=GpuPools({"A100": 0}, uses_of(s)))
     assert out[A].targets == {"x": 3}
 
 
 def test_scale_down_is_never_limited() -> None:
     s = signal(A, supply("x", cost=1, cap=100, current=5), spare=250)
-    out = allocate([s], policy=AllocationPolicy(limiter=True), pools={}, uses=uses_of(s))
+    out = allocate([s], mode=AllocationMode(limiter=True), gpus=GpuPools({}, uses_of(s)))
     assert out[A].targets == {"x": 3}  # floor(250/100) = 2 removed
 
 
@@ -138,15 +163,9 @@ def test_scale_down_is_never_limited() -> None:
 
 def test_v1_proposals_most_saturated_model_first() -> None:
     # two models each propose +1 on a 2-GPU-per-replica variant; 2 free GPUs: the lower spare KV wins.
-    sa = signal(A, supply("a1", cost=1, cap=1, current=1, gpr=2), proposal={"a1": 2})
-    sb = signal(B, supply("b1", cost=1, cap=1, current=1, gpr=2), proposal={"b1": 2})
-    out = allocate(
-        [sa, sb],
-        policy=AllocationPolicy(limiter=True),
-        pools={"A100": 6},
-        uses=uses_of(sa, sb),
-        spare_kv={A: 0.30, B: 0.05},
-    )
+    sa = signal(A, supply("a1", cost=1, cap=1, current=1, gpr=2), proposal={"a1": 2}, spare_fraction=0.30)
+    sb = signal(B, supply("b1", cost=1, cap=1, current=1, gpr=2), proposal={"b1": 2}, spare_fraction=0.05)
+    out = allocate([sa, sb], mode=AllocationMode(limiter=True), gpus=GpuPools({"A100": 6}, uses_of(sa, sb)))
     assert out[B].targets == {"b1": 2}
     assert out[A].targets == {"a1": 1}
     assert out[A].limited["a1"] == "limited: allocated 0 A100 GPUs for +0 of +1 replicas"
@@ -154,7 +173,7 @@ def test_v1_proposals_most_saturated_model_first() -> None:
 
 def test_v1_proposals_pass_unchanged_without_the_limiter() -> None:
     sa = signal(A, supply("a1", cost=1, cap=1, current=1), proposal={"a1": 2})
-    out = allocate([sa], policy=AllocationPolicy(), pools={}, uses=uses_of(sa))
+    out = allocate([sa], mode=AllocationMode(), gpus=GpuPools({}, uses_of(sa)))
     assert out[A].targets == {"a1": 2}
     assert out[A].limited == {}
 
@@ -166,16 +185,16 @@ def test_exact_finds_the_cheaper_mix() -> None:
     # The exact.py docstring example: D = 10,000 tokens; A (5, 2,000) and B (15, 8,000):
     # greedy buys 2 B = 30; the MILP buys 1 B + 1 A = 20.
     s = signal(A, supply("a", cost=5, cap=2000), supply("b", cost=15, cap=8000), required=10_000)
-    greedy = allocate([s], policy=AllocationPolicy(), pools={}, uses=[])
-    exact = allocate([s], policy=AllocationPolicy(exact=True), pools={}, uses=[])
+    greedy = allocate([s], mode=AllocationMode(), gpus=GpuPools({}, {}))
+    exact = allocate([s], mode=AllocationMode(exact=True), gpus=GpuPools({}, {}))
     assert greedy[A].targets == {"a": 0, "b": 2}
     assert exact[A].targets == {"a": 1, "b": 1}
-    assert exact[A].optimizer == OptimizerMode.EXACT
+    assert exact[A].optimizer == "exact-milp"
 
 
 def test_exact_respects_gpu_pools() -> None:
     s = signal(A, supply("a", cost=1, cap=100, gpr=2), required=1000)
-    out = allocate([s], policy=AllocationPolicy(limiter=True, exact=True), pools={"A100": 6}, uses=[])
+    out = allocate([s], mode=AllocationMode(limiter=True, exact=True), gpus=GpuPools({"A100": 6}, {}))
     assert out[A].targets == {"a": 3}  # 6 GPUs / 2 per replica
     assert out[A].unmet == pytest.approx(700)
 
@@ -192,8 +211,8 @@ def test_exact_does_not_take_a_running_replica_of_a_short_model_to_wake_one_at_z
         required=202,
     )
     uses = uses_of(sa, sb)
-    greedy = allocate([sa, sb], policy=AllocationPolicy(limiter=True), pools={"L4": 3}, uses=uses)
-    exact = allocate([sa, sb], policy=AllocationPolicy(limiter=True, exact=True), pools={"L4": 3}, uses=uses)
+    greedy = allocate([sa, sb], mode=AllocationMode(limiter=True), gpus=GpuPools({"L4": 3}, uses))
+    exact = allocate([sa, sb], mode=AllocationMode(limiter=True, exact=True), gpus=GpuPools({"L4": 3}, uses))
     assert exact[A].targets == greedy[A].targets == {"a": 0}
     assert exact[B].targets == greedy[B].targets == {"cheap": 1, "dear": 2}
     assert exact[A].unmet + exact[B].unmet == pytest.approx(403)
@@ -203,8 +222,93 @@ def test_exact_keeps_the_last_serving_replica_of_a_model_with_demand() -> None:
     # A runs one replica and still has (tiny) demand: the program keeps it although its cost exceeds the unmet
     # penalty of 0.001 tokens (P = 1 + 1000 · 10/100 = 101 per token).
     s = signal(A, supply("a", cost=10, cap=100, current=1), spare=100 - 0.001)
-    out = allocate([s], policy=AllocationPolicy(exact=True), pools={}, uses=uses_of(s))
+    out = allocate([s], mode=AllocationMode(exact=True), gpus=GpuPools({}, uses_of(s)))
     assert out[A].targets == {"a": 1}
+
+
+def _branching_fleet() -> tuple[list[CapacitySignal], GpuPools]:
+    """A fleet of `make bench` (seed 20261124, the 13th) whose program needs more than one branch-and-bound node."""
+    a = signal(
+        A,
+        supply("v0", cost=14.64, cap=12000, current=2, hi=7, accel="L4"),
+        supply("v1", cost=14.21, cap=10000, current=0, hi=5, gpr=2, accel="H100"),
+        supply("v2", cost=37.86, cap=4000, current=1, hi=9, gpr=2, accel="L4"),
+        supply("v3", cost=20.55, cap=17000, current=1, hi=5, gpr=4, accel="A100"),
+        required=41894.5,
+    )
+    b = signal(
+        B,
+        supply("v0", cost=38.5, cap=10000, hi=6, accel="H100"),
+        supply("v1", cost=39.44, cap=18000, hi=6, accel="L4"),
+        supply("v2", cost=21.45, cap=7000, hi=4, accel="L4"),
+        required=31275.6,
+    )
+    return [a, b], GpuPools({"A100": 18, "H100": 10, "L4": 20}, uses_of(a, b))
+
+
+def _requests(signals: list[CapacitySignal]) -> list[exact.ExactRequest]:
+    return [
+        exact.ExactRequest((s.model.namespace, s.model.model_id), tuple(s.variants), _demand_of(s)) for s in signals
+    ]
+
+
+def _demand_of(s: CapacitySignal) -> float:
+    return sum(v.current_replicas * v.per_replica_capacity for v in s.variants) + s.required
+
+
+def test_exact_is_bounded_by_branch_and_bound_nodes_never_by_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A time limit made the answer depend on the machine's speed (a replay could differ); a node limit does not."""
+    seen: list[dict[str, Any]] = []
+    real = exact.milp
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(dict(kwargs["options"]))  # a copy: milp consumes its options
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(exact, "milp", spy)
+    signals, gpus = _branching_fleet()
+    allocate(signals, mode=AllocationMode(limiter=True, exact=True), gpus=gpus)
+    assert seen, "the exact mode ran the program"
+    assert all(o.get("node_limit") == exact.MIP_NODE_LIMIT and "time_limit" not in o for o in seen), seen
+
+
+def test_a_program_that_reaches_its_node_limit_keeps_its_incumbent_and_says_so() -> None:
+    signals, gpus = _branching_fleet()
+    bounded = exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=1)
+    full = exact.solve(_requests(signals), gpus_free=gpus.free())
+    assert bounded is not None
+    assert full is not None
+    assert not bounded.proven_optimal
+    assert full.proven_optimal
+    for s in signals:  # the incumbent is feasible: within bounds and the free GPUs
+        targets = bounded.targets[(s.model.namespace, s.model.model_id)]
+        assert all(v.min_replicas <= targets[v.name] <= v.max_replicas for v in s.variants)
+    again = [exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=1) for _ in range(3)]
+    assert all(a is not None and a.targets == bounded.targets for a in again), "same input, same answer"
+
+
+def test_the_exact_answer_is_the_same_in_another_process() -> None:
+    """Determinism across processes (what a replay on another machine relies on), at the tightest bound."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from tests.optimizer.test_allocate import _branching_fleet, _requests\n"
+        "from adapter.optimizer import exact\n"
+        "signals, gpus = _branching_fleet()\n"
+        "for limit in (1, exact.MIP_NODE_LIMIT):\n"
+        "    sol = exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=limit)\n"
+        "    print(json.dumps({'|'.join(k): dict(v) for k, v in sorted(sol.targets.items())}, sort_keys=True))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO_ROOT)
+    signals, gpus = _branching_fleet()
+    here = []
+    for limit in (1, exact.MIP_NODE_LIMIT):
+        sol = exact.solve(_requests(signals), gpus_free=gpus.free(), node_limit=limit)
+        assert sol is not None
+        here.append(json.dumps({"|".join(k): dict(v) for k, v in sorted(sol.targets.items())}, sort_keys=True))
+    assert out.stdout.splitlines() == here
 
 
 # ---- properties ---------------------------------------------------------------------------------------------
@@ -257,7 +361,7 @@ def _cost(out: dict[ModelKey, ModelAllocation], signals: list[CapacitySignal]) -
 @given(fleets(), st.booleans())
 def test_never_more_gpus_than_the_pools_hold(fleet: tuple[list[CapacitySignal], dict[str, int]], exact: bool) -> None:
     signals, pools = fleet
-    out = allocate(signals, policy=AllocationPolicy(limiter=True, exact=exact), pools=pools, uses=uses_of(*signals))
+    out = allocate(signals, mode=AllocationMode(limiter=True, exact=exact), gpus=GpuPools(pools, uses_of(*signals)))
     for accel, total in pools.items():
         held_now = sum(
             v.current_replicas * v.gpus_per_replica for s in signals for v in s.variants if v.accelerator == accel
@@ -269,7 +373,7 @@ def test_never_more_gpus_than_the_pools_hold(fleet: tuple[list[CapacitySignal], 
 @given(fleets(), st.booleans(), st.booleans())
 def test_bounds_always_hold(fleet: tuple[list[CapacitySignal], dict[str, int]], limiter: bool, exact: bool) -> None:
     signals, pools = fleet
-    out = allocate(signals, policy=AllocationPolicy(limiter=limiter, exact=exact), pools=pools, uses=uses_of(*signals))
+    out = allocate(signals, mode=AllocationMode(limiter=limiter, exact=exact), gpus=GpuPools(pools, uses_of(*signals)))
     for s in signals:
         for v in s.variants:
             assert (
@@ -285,9 +389,9 @@ def test_exact_costs_no_more_than_greedy_when_greedy_meets_demand(
     fleet: tuple[list[CapacitySignal], dict[str, int]],
 ) -> None:
     signals, pools = fleet
-    policy_greedy, policy_exact = AllocationPolicy(limiter=True), AllocationPolicy(limiter=True, exact=True)
-    greedy = allocate(signals, policy=policy_greedy, pools=pools, uses=uses_of(*signals))
-    exact = allocate(signals, policy=policy_exact, pools=pools, uses=uses_of(*signals))
+    policy_greedy, policy_exact = AllocationMode(limiter=True), AllocationMode(limiter=True, exact=True)
+    greedy = allocate(signals, mode=policy_greedy, gpus=GpuPools(pools, uses_of(*signals)))
+    exact = allocate(signals, mode=policy_exact, gpus=GpuPools(pools, uses_of(*signals)))
     greedy_met = all(a.unmet == 0 for a in greedy.values())
     if greedy_met:
         assert all(a.unmet <= 1e-6 for a in exact.values())  # feasible → the program meets demand too
@@ -315,7 +419,7 @@ def test_results_do_not_depend_on_input_order(
         for s in signals
     ]
     rnd.shuffle(shuffled)
-    policy = AllocationPolicy(limiter=limiter, exact=exact)
-    one = allocate(signals, policy=policy, pools=pools, uses=uses_of(*signals))
-    two = allocate(shuffled, policy=policy, pools=pools, uses=uses_of(*shuffled))
+    mode = AllocationMode(limiter=limiter, exact=exact)
+    one = allocate(signals, mode=mode, gpus=GpuPools(pools, uses_of(*signals)))
+    two = allocate(shuffled, mode=mode, gpus=GpuPools(pools, uses_of(*shuffled)))
     assert {m: dict(a.targets) for m, a in one.items()} == {m: dict(a.targets) for m, a in two.items()}

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from adapter.analyzers.queueing import analyzer as qm
 from adapter.analyzers.queueing import ekf
+from adapter.analyzers.queueing.analyzer import LEARNED_SECTION
 from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
 from adapter.config.configmaps import QUEUEING_CM, QueueingConfig
 from adapter.config.engine import EngineConfig
@@ -19,7 +20,6 @@ from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import PodMetrics, ScaleTarget, VariantSpec, VariantView
-from adapter.engine.analyze import LEARNED_SECTION
 from tests.core.builders import CONTROLLER_NS, T0, Fleet, configset
 from tests.core.builders import spec as core_spec
 
@@ -65,7 +65,7 @@ def _pods(name: str, n: int, rate_each: float, true: tuple[float, float, float] 
 
 
 def _signal(rate_each: float, replicas: int, cfg: QueueingConfig = EXPLICIT) -> CapacitySignal:
-    out, _ = qm.analyze(
+    out, _ = qm.measure(
         MODEL, [_view("v", replicas)], {"v": _pods("v", replicas, rate_each)}, cfg=cfg, learned=KNOWN, now_s=T0
     )
     assert isinstance(out, CapacitySignal), out
@@ -125,7 +125,7 @@ def test_one_variant_ends_at_ceil_arrival_over_lambda_star(rate_each: float, rep
 
 
 def test_pending_replicas_count_as_anticipated_not_as_supply() -> None:
-    out, _ = qm.analyze(
+    out, _ = qm.measure(
         MODEL, [_view("v", 3, pending=1)], {"v": _pods("v", 2, 5.0)}, cfg=EXPLICIT, learned=KNOWN, now_s=T0
     )
     assert isinstance(out, CapacitySignal)
@@ -138,7 +138,7 @@ def test_pending_replicas_count_as_anticipated_not_as_supply() -> None:
 
 def test_variants_without_parameters_are_zero_capacity_placeholders() -> None:
     views = [_view("v", 2), _view("w", 0, cost=2.0)]
-    out, states = qm.analyze(MODEL, views, {"v": _pods("v", 2, 1.0)}, cfg=EXPLICIT, learned=KNOWN, now_s=T0)
+    out, states = qm.measure(MODEL, views, {"v": _pods("v", 2, 1.0)}, cfg=EXPLICIT, learned=KNOWN, now_s=T0)
     assert isinstance(out, CapacitySignal)
     by = {v.name: v for v in out.variants}
     assert by["v"].per_replica_capacity > 0
@@ -160,7 +160,7 @@ def test_each_variant_reports_its_own_arrival_and_the_model_the_total() -> None:
     cheap_state = ekf.FilterState(40.0, 0.16, 4e-4, IDENTITY, *ekf.STATE_LIMITS, 0.0)
     views = [_view("v", 2), _view("w", 1, cost=4.0)]
     pods = {"v": _pods("v", 2, 1.5), "w": _pods("w", 1, 0.5, (40.0, 0.16, 4e-4))}
-    out, _ = qm.analyze(MODEL, views, pods, cfg=EXPLICIT, learned={"v": KNOWN_STATE, "w": cheap_state}, now_s=T0)
+    out, _ = qm.measure(MODEL, views, pods, cfg=EXPLICIT, learned={"v": KNOWN_STATE, "w": cheap_state}, now_s=T0)
     assert isinstance(out, CapacitySignal)
     assert out.analysis["total_arrival_rps"] == pytest.approx(3.5)
     assert out.analysis["variants"]["v"]["total_arrival_rps"] == pytest.approx(3.0)
@@ -213,7 +213,7 @@ def test_each_variant_reports_its_own_arrival_and_the_model_the_total() -> None:
 def test_no_signal_names_its_reason(
     cfg: QueueingConfig, learned: dict[str, ekf.FilterState], pods: list[PodMetrics], reason: str
 ) -> None:
-    out, _ = qm.analyze(MODEL, [_view("v", 1)], {"v": pods}, cfg=cfg, learned=learned, now_s=T0)
+    out, _ = qm.measure(MODEL, [_view("v", 1)], {"v": pods}, cfg=cfg, learned=learned, now_s=T0)
     assert isinstance(out, NoSignal)
     assert out.analyzer is AnalyzerName.QUEUEING_MODEL
     assert out.model == MODEL
@@ -224,7 +224,7 @@ def test_cold_start_learns_and_sizes_in_the_same_cycle() -> None:
     cfg = QueueingConfig(target_ttft_ms=400, target_itl_ms=40)  # tuning on (the default)
     rng = random.Random(2)
     pods = [p for rate in (1.0, 2.5, 4.0) for p in _pods("v", 1, rate * rng.uniform(0.95, 1.05))]
-    out, states = qm.analyze(MODEL, [_view("v", 3)], {"v": pods}, cfg=cfg, learned={}, now_s=T0)
+    out, states = qm.measure(MODEL, [_view("v", 3)], {"v": pods}, cfg=cfg, learned={}, now_s=T0)
     assert isinstance(out, CapacitySignal)
     assert states["v"].updated_s == T0
     assert max(conv.errors(states["v"])) < 0.25
@@ -241,7 +241,7 @@ def test_bad_pod_metrics_are_absent_not_fatal() -> None:
                    avg_ttft_s=math.inf, avg_itl_s=0.03),
     ]  # fmt: skip
     cfg = QueueingConfig(target_ttft_ms=400, target_itl_ms=40)
-    out, states = qm.analyze(MODEL, [_view("v", 5)], {"v": [*good, *bad]}, cfg=cfg, learned=KNOWN, now_s=T0)
+    out, states = qm.measure(MODEL, [_view("v", 5)], {"v": [*good, *bad]}, cfg=cfg, learned=KNOWN, now_s=T0)
     assert isinstance(out, CapacitySignal)
     assert out.analysis["total_arrival_rps"] == pytest.approx(6.0)  # the NaN and negative rates are not traffic
     assert all(math.isfinite(v) for v in (states["v"].alpha_ms, states["v"].beta_ms, states["v"].gamma_ms))
@@ -268,7 +268,7 @@ def test_tighter_slo_never_higher_lambda_star(t1: float, t2: float, l1: float, l
     lam = []
     for ttft_ms, itl_ms in ((ttft[0], itl[0]), (ttft[1], itl[1])):
         cfg = QueueingConfig(target_ttft_ms=ttft_ms, target_itl_ms=itl_ms, tuning_enabled=False)
-        out, _ = qm.analyze(MODEL, [_view("v", 1)], {"v": _pods("v", 1, 1.0)}, cfg=cfg, learned=KNOWN, now_s=T0)
+        out, _ = qm.measure(MODEL, [_view("v", 1)], {"v": _pods("v", 1, 1.0)}, cfg=cfg, learned=KNOWN, now_s=T0)
         lam.append(out.variants[0].per_replica_capacity if isinstance(out, CapacitySignal) else 0.0)
     assert lam[0] <= lam[1] * (1 + 1e-6)
 
@@ -318,11 +318,11 @@ def test_engine_learns_persists_and_a_restart_resumes_with_the_same_capacity() -
     assert LEARNED_SECTION in status.learned  # persisted where a new leader reads it
     persisted = ekf.FilterState.from_json(status.learned[LEARNED_SECTION])
     fleet.restart()  # engine memory gone; VA status kept (like a fail-over)
-    assert fleet.state.queueing == {}
+    assert fleet.state.memory(qm.ANALYZER) == {}
     fleet.cycle(T0 + 30 * 12, _pods("v", fleet.replicas["v"], 2.0))
     assert fleet.last is not None
     lam_after = fleet.last.analyses[MODEL_OF].analysis["variants"]["v"]["max_rps_per_replica"]
     assert lam_after == pytest.approx(lam_before, rel=0.01)
-    resumed = fleet.state.queueing[VariantKey("llm", "v")]
+    resumed = fleet.state.memory(qm.ANALYZER)[VariantKey("llm", "v")]
     assert resumed.accepted >= persisted.accepted  # continued, not bootstrapped afresh
     assert fleet.decision("v").analyzer is AnalyzerName.QUEUEING_MODEL

@@ -10,22 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapter.analyzers.queueing import ekf
-from adapter.analyzers.queueing.slo import (
-    MAX_FALLBACK_ITL_MS,
-    MAX_FALLBACK_TTFT_MS,
-    Slo,
-    Workload,
-    resolve_slo,
-    workload,
-)
+from adapter.analyzers.queueing.model import ServiceParams
+from adapter.analyzers.queueing.slo import MAX_FALLBACK_ITL_MS, MAX_FALLBACK_TTFT_MS, Slo, resolve_slo
+from adapter.analyzers.queueing.workload import Workload, workload
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.snapshot import PodMetrics
 
-IDENTITY = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
 
-
-def _state(alpha: float, beta: float, gamma: float) -> ekf.FilterState:
-    return ekf.FilterState(alpha, beta, gamma, IDENTITY, *ekf.STATE_LIMITS, 0.0)
+def _state(alpha: float, beta: float, gamma: float) -> ServiceParams:
+    """Learned parameters, as the analyzer hands them over (`FilterState.params()`)."""
+    return ServiceParams(alpha, beta, gamma)
 
 
 A100 = _state(20.0, 0.08, 0.0002)
@@ -94,7 +88,7 @@ LOAD = Workload(10.0, 2, 512.0, 128.0, 400.0, 40.0)
     ],
 )
 def test_slo_resolution(
-    cfg: QueueingConfig, learned: list[ekf.FilterState], load: Workload, expected: Slo | None
+    cfg: QueueingConfig, learned: list[ServiceParams], load: Workload, expected: Slo | None
 ) -> None:
     slo = resolve_slo(cfg, learned, load)
     if expected is None:

@@ -9,10 +9,18 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from adapter.domain.cluster import ClusterView, Collection, InferencePoolInfo, ModelQuery
-from adapter.domain.decision import DecisionPath
 from adapter.domain.errors import PrometheusUnavailable
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import ModelTraffic, PodMetrics, ScaleTarget, VariantSpec, VariantStatus, VariantView
+from adapter.domain.snapshot import (
+    DecisionPath,
+    DesiredAlloc,
+    ModelTraffic,
+    PodMetrics,
+    ScaleTarget,
+    VariantSpec,
+    VariantStatus,
+    VariantView,
+)
 from adapter.reconciler.loop import Reconciler, ReconcilerOptions
 from adapter.store import DecisionStore
 
@@ -146,6 +154,28 @@ async def test_a_follower_serves_exactly_what_the_leader_wrote() -> None:
     assert {e.key: e.desired_replicas for e in follower_store.list()} == {
         e.key: e.desired_replicas for e in leader_store.list()
     }
+
+
+@pytest.mark.parametrize(
+    ("persisted", "served"),
+    [
+        pytest.param(DecisionPath.FALLBACK, DecisionPath.FALLBACK, id="fallback"),
+        pytest.param(DecisionPath.LAST_RESORT, DecisionPath.LAST_RESORT, id="last-resort"),
+        pytest.param(DecisionPath.SCALE_FROM_ZERO, DecisionPath.SCALE_FROM_ZERO, id="scale-from-zero"),
+        pytest.param(DecisionPath.UNKNOWN, DecisionPath.UNKNOWN, id="written-without-a-path"),
+    ],
+)
+async def test_a_follower_serves_the_persisted_path_not_one_read_from_the_reason(
+    persisted: DecisionPath, served: DecisionPath
+) -> None:
+    desired = DesiredAlloc(2, "saturation-only mode: no-change", 999_970.0, 999_970.0, path=persisted)
+    view = replace(busy_view(), variants=(variant("cheap", 1, 2, status=VariantStatus(desired=desired)),))
+    follower, store, _ = make(view, metrics=FakeMetrics(None), leader=False)
+    await follower.run_cycle()
+    decision = store.get(VariantKey(NS, "cheap"))
+    assert decision is not None
+    assert decision.decision.path is served
+    assert decision.decision.reason == "saturation-only mode: no-change"
 
 
 async def test_a_new_leader_after_fail_over_keeps_the_decisions_during_an_outage() -> None:

@@ -123,9 +123,7 @@ def test_ring_stays_within_its_bound_oldest_first(tmp_path: Path) -> None:
     size = len(json.dumps(build_fixture(snapshot, result, state_before=engine.EngineState(), configmaps=()), indent=1))
     recorder = FlightRecorder(tmp_path, max_bytes=int(size * 3.5))
     for i in range(10):
-        recorder.write_now(
-            snapshot, replace(result, now_s=START_S + i), state_before=engine.EngineState(), configmaps=()
-        )
+        recorder.record(snapshot, replace(result, now_s=START_S + i), state_before=engine.EngineState(), configmaps=())
     files = sorted(tmp_path.glob("cycle-*.json"))
     assert len(files) == 3  # 3 files fit in 3.5 sizes
     assert sum(p.stat().st_size for p in files) <= recorder.max_bytes
@@ -136,7 +134,7 @@ def test_ring_stays_within_its_bound_oldest_first(tmp_path: Path) -> None:
 def test_files_appear_whole(tmp_path: Path) -> None:
     snapshot, result, _ = _one_cycle_doc()
     recorder = FlightRecorder(tmp_path)
-    recorder.write_now(snapshot, result, state_before=engine.EngineState(), configmaps=())
+    recorder.record(snapshot, result, state_before=engine.EngineState(), configmaps=())
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
     (path,) = tmp_path.glob("cycle-*.json")
     assert json.loads(path.read_text())["schema"] == "wva-replay/v1"
@@ -148,8 +146,8 @@ def test_unwritable_path_counts_an_error_and_never_raises(tmp_path: Path) -> Non
     snapshot, result, _ = _one_cycle_doc()
     seen: list[str] = []
     recorder = FlightRecorder(blocker / "ring", on_error=seen.append)
-    recorder.write_now(snapshot, result, state_before=engine.EngineState(), configmaps=())
-    recorder.write_now(snapshot, result, state_before=engine.EngineState(), configmaps=())
+    recorder.record(snapshot, result, state_before=engine.EngineState(), configmaps=())
+    recorder.record(snapshot, result, state_before=engine.EngineState(), configmaps=())
     assert recorder.stats.written == 0
     assert sum(recorder.stats.errors.values()) == 2
     assert seen == ["io", "io"]
@@ -164,3 +162,49 @@ async def test_record_never_blocks_the_loop_and_skips_while_busy(tmp_path: Path)
     await asyncio.sleep(0)
     assert recorder.stats.written + recorder.stats.skipped_busy == 2
     assert recorder.stats.written >= 1
+
+
+async def test_a_scale_from_zero_wake_is_recorded_and_replays(tmp_path: Path) -> None:
+    """Wakes between cycles go through the engine and the flight recorder like cycles (issue 20)."""
+    from adapter.domain.ids import VariantKey
+    from adapter.reconciler.loop import Reconciler, ReconcilerOptions
+    from adapter.replay.explain import explain
+    from tests.core.test_cli import wva
+    from tests.reconciler.test_loop import NS, FakeCluster, FakeEpp, FakeLeader, FakeMetrics, FakeStatus, idle_view
+
+    recorder = FlightRecorder(tmp_path / "ring")
+    status = FakeStatus()
+    rec = Reconciler(
+        cluster=FakeCluster(idle_view()),
+        metrics=FakeMetrics(None),
+        epp=FakeEpp({(NS, "m"): 4.0}),
+        status=status,
+        leadership=FakeLeader(True),
+        store=DecisionStore(),
+        options=ReconcilerOptions(controller_namespace=CNS),
+        recorder=recorder,
+        clock=lambda: START_S,
+    )
+    assert await rec.wake_cycle() == [VariantKey(NS, "cheap")]
+    await recorder.drain()
+    (path,) = sorted((tmp_path / "ring").glob("cycle-*.json"))
+    doc = json.loads(path.read_text())
+    (cycle,) = doc["cycles"]
+    assert cycle["kind"] == "scale-from-zero"
+    assert cycle["models"] == [
+        {"namespace": NS, "model_id": "m", "request_count": None, "epp_queue_size": 4.0, "epp_queue_bytes": None}
+    ]
+    assert cycle["expect"] == {
+        f"{NS}/cheap": {"desired_replicas": 1, "reason": status.writes[VariantKey(NS, "cheap")].desired.reason}
+    }  # type: ignore[union-attr]
+    replayed = _replayed(doc)
+    assert replayed["passed"]
+    assert replayed["cycles"][0]["kind"] == "scale-from-zero"
+    assert replayed["cycles"][0]["decisions"][f"{NS}/cheap"]["path"] == "scale-from-zero"
+    fx, vas = fixture.load(path)
+    told = explain(fx, vas)
+    assert "scale-from-zero poll" in told
+    assert f"Model {NS}/m — EPP queue 4" in told
+    assert "cheap: 0 → 1  [scale-from-zero]" in told
+    result = wva("replay", path)
+    assert result.returncode == 0, result.stderr

@@ -11,8 +11,9 @@ from typing import Any
 
 import aiohttp
 
-from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
+from adapter.domain.decision import AnalyzerName, VariantDecision
 from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import DecisionPath
 from adapter.servers.auth import RequestAttributes, UserInfo
 from adapter.servers.tls import CertificateAuthority, client_ssl_context, generate_serving_cert, write_pem_pair
 from adapter.store.decisions import DecisionStore, Listener, StoredDecision

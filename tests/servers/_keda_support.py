@@ -6,8 +6,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
+from adapter.domain.decision import AnalyzerName, VariantDecision
 from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import DecisionPath
 from adapter.servers.tls import CertificateAuthority
 from adapter.store.decisions import DecisionStore, Listener, StoredDecision
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import grpc
 
-from adapter.domain.decision import AnalyzerName, DecisionPath, VariantDecision
+from adapter.domain.decision import AnalyzerName, VariantDecision
 from adapter.domain.ids import VariantKey
+from adapter.domain.snapshot import DecisionPath
 from adapter.servers._keda_pb import externalscaler_pb2 as pb
 from adapter.servers._keda_pb import externalscaler_pb2_grpc as pb_grpc
 from adapter.servers.keda import start_keda_server

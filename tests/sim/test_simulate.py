@@ -13,6 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapter.analyzers import registry
 from adapter.app.simulate import run_scenario
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.errors import ConfigError
@@ -116,19 +117,19 @@ def test_same_seed_same_summary() -> None:
     assert a["requests"] != c["requests"], "a different seed draws a different workload"
 
 
-@pytest.mark.parametrize(
-    ("policy", "implemented", "needs"),
-    [
-        pytest.param("wva-v2", {AnalyzerName.SATURATION_PERCENTAGE}, "saturation-token-based", id="v2-missing"),
-        pytest.param("wva-slo", {AnalyzerName.SATURATION_PERCENTAGE}, "queueing-model", id="slo-missing"),
-        pytest.param("wva-v1", {AnalyzerName.QUEUEING_MODEL}, "saturation-percentage-based", id="v1-missing"),
-    ],
-)
-def test_a_policy_without_its_analyzer_is_an_error_never_a_silent_v1(
-    policy: str, implemented: set[AnalyzerName], needs: str
-) -> None:
-    with pytest.raises(policies.PolicyError, match=f"needs the {needs} analyzer"):
-        policies.parse_policy(policy, implemented=frozenset(implemented))
+@pytest.mark.parametrize("policy", ["wva-v1", "wva-v2", "wva-slo"])
+def test_each_wva_policy_names_an_analyzer_the_engine_dispatches_to(policy: str) -> None:
+    assert policies.POLICY_ANALYZER[policies.Policy(policy)] in {a.name for a in registry.ANALYZERS}
+
+
+def test_a_policy_the_engine_would_not_honour_is_an_error_never_a_silent_v1(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = step_scenario()
+    policies.policy_configmaps(scenario.configmaps, policies.Policy.WVA_V2, model=scenario.model, slo_ttft_ms=2000,
+                               slo_itl_ms=100)  # fmt: skip
+    monkeypatch.setattr(registry, "choose", lambda *args: registry.DEFAULT)  # an engine that ignores analyzerName
+    with pytest.raises(policies.PolicyError, match="would select saturation-percentage-based"):
+        policies.policy_configmaps(scenario.configmaps, policies.Policy.WVA_V2, model=scenario.model, slo_ttft_ms=2000,
+                                   slo_itl_ms=100)  # fmt: skip
 
 
 def test_unknown_policy_and_missing_metrics_path_are_errors() -> None:
@@ -204,10 +205,10 @@ def test_cli_missing_scenario_file_exits_2(tmp_path: Path) -> None:
     assert "cannot read" in result.stderr
 
 
-def test_cli_refuses_a_policy_whose_analyzer_is_not_implemented(monkeypatch: pytest.MonkeyPatch) -> None:
-    from adapter import cli, engine
+def test_cli_refuses_a_policy_the_engine_would_not_honour(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapter import cli
 
-    monkeypatch.setattr(engine, "IMPLEMENTED_ANALYZERS", frozenset({AnalyzerName.SATURATION_PERCENTAGE}))
+    monkeypatch.setattr(registry, "choose", lambda *args: registry.DEFAULT)
     code = cli.main(["simulate", "--scenario", str(STEPS), "--policy", "wva-slo"])
     assert code == 2
 
@@ -255,3 +256,22 @@ def test_progress_bar_only_on_a_terminal() -> None:
     text = terminal.getvalue()
     assert text.count("\r") == 3, "redrawn only when the percentage changes"
     assert text.endswith("100%\n")
+
+
+def test_cli_without_matplotlib_says_which_extra_to_install_before_simulating(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Plotting is the optional `sim` extra (the serving image does not carry matplotlib)."""
+    import sys
+
+    from adapter import cli
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    monkeypatch.delitem(sys.modules, "adapter.sim.plot", raising=False)
+    ran: list[object] = []
+    monkeypatch.setattr("adapter.app.simulate.run_scenario", lambda *args, **kwargs: ran.append(args))
+    code = cli.main(["simulate", "--scenario", str(STEPS), "--policy", "hpa-kv", "--out", str(tmp_path)])
+    assert code == 2
+    assert "pip install 'wva-adapter[sim]'" in capsys.readouterr().err
+    assert ran == [], "refused before minutes of simulation"
+    assert list(tmp_path.iterdir()) == []

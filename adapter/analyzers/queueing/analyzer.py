@@ -1,36 +1,32 @@
 """The queueing-model SLO analyzer (seed 003; research §3.5–3.8): latency targets → requests/s per replica.
 
-API (what the engine calls, once per model per cycle)::
+The engine calls `ANALYZER` (adapter.analyzers.protocol) once per model per cycle. Read from the top:
 
-    signal, learned = analyze(model, views, pods_by_variant, cfg=cfg, learned=learned, now_s=now_s)
+    QueueingModel.analyze     each variant's filter: this process's memory, else VA status (`learned.queueingModel`,
+                              so a new leader resumes); the filters after this cycle go back to both
+      measure
+        1. workload.observe     Σλ and the arrival-weighted request size and latencies over the busy pods
+                                (arrival rate > 0) of all variants; each variant's busy pods and batch limit
+        2. ekf.learn            (when `tuningEnabled`) each variant's filter takes one observation per busy pod:
+                                a cold variant is bootstrapped from its pods, a lost filter is re-fitted
+        3. slo.resolve_slo      explicit targets → inferred from the learned parameters → observed × 1.5, capped
+        4. _max_rate            per variant λ* = the throughput at the largest rate one replica sustains within
+                                the SLO (`QueueModel.max_rate`, upstream's `Size`) with its learned parameters and
+                                the model's request size; a variant without learned parameters, or whose
+                                parameters cannot meet the SLO, is a zero-capacity placeholder (capacity unknown:
+                                never chosen, never free)
+        5. the signal, in requests/s, with ready_v = current_v − pending_v:
 
-- `views`: the model's variants (VA spec + scale target); `pods_by_variant`: variant name → its pods' metrics
-  (`arrival_rate_rps`, `avg_ttft_s`, `avg_itl_s`, `avg_input_tokens`, `avg_output_tokens`, `max_batch_size`);
-  `cfg`: the model's resolved `wva-queueing-model-config` entry; `learned`: variant name → the filter state the
-  engine remembers or read back from VA status (`learned.queueingModel`, `FilterState.from_json`).
-- returns a `CapacitySignal` in requests/s, or `NoSignal(model, analyzer, reason)` when the model cannot be
-  sized this cycle, and every variant's filter state after this cycle (persist each with `to_json()`).
+               supply = Σ ready_v · λ*_v        anticipated = Σ current_v · λ*_v        demand = Σλ
+               required = max(0, demand − anticipated)          spare = max(0, supply − demand)
 
-Per model, each cycle:
+so that with one variant the allocation step ends at ceil(Σλ / λ*) replicas. Upstream computed each variant's
+capacity from its *desired* count, which made `required` structurally 0; capacity here comes only from
+replicas that exist. Worked example: λ* = 2.5 req/s, 2 replicas, demand 7 req/s: required = 7 − 5 = 2 →
+ceil(2 / 2.5) = 1 more → 3 = ceil(7 / 2.5).
 
-1. **Workload** (`slo.workload`), over busy pods (arrival rate > 0) of all variants: Σλ and arrival-weighted
-   means of input and output tokens, TTFT and ITL.
-2. **Learning** (when `tuningEnabled`): each variant's filter (`ekf.advance`) takes one observation per busy
-   pod of that variant: a cold variant is bootstrapped from its pods, a lost filter is re-fitted.
-3. **SLO** (`slo.resolve_slo`): explicit targets → inferred from the learned parameters → observed × 1.5, capped.
-4. **Capacity**: per variant λ* = the throughput at the largest rate one replica sustains within the SLO
-   (`QueueModel.max_rate`, upstream's `Size`), with the variant's learned parameters and the model's request
-   size, in requests/s. A variant without learned parameters, or whose parameters cannot meet the SLO, is a
-   zero-capacity placeholder (capacity unknown: never chosen, never free).
-5. **Signal** in requests/s, with ready_v = current_v − pending_v:
-
-       supply = Σ ready_v · λ*_v        anticipated = Σ current_v · λ*_v        demand = Σλ
-       required = max(0, demand − anticipated)          spare = max(0, supply − demand)
-
-   so that with one variant the allocation step ends at ceil(Σλ / λ*) replicas. Upstream computed each
-   variant's capacity from its *desired* count, which made `required` structurally 0; capacity here comes
-   only from replicas that exist. Worked example: λ* = 2.5 req/s, 2 replicas, demand 7 req/s:
-   required = 7 − 5 = 2 → ceil(2 / 2.5) = 1 more → 3 = ceil(7 / 2.5).
+No signal (the fallback hierarchy decides), with the reason: no SLO can be resolved; no busy pod; no request
+sizes; no variant's λ* known.
 
 `analysis` (DESIGN §3.2): `slo{target_ttft_ms, target_itl_ms, source}`; per variant `alpha, beta, gamma`
 (ms; null when nothing is learned), `max_rps_per_replica` (λ*), `total_arrival_rps` (Σλ of the variant's own
@@ -43,101 +39,79 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import Any
 
+from adapter.analyzers import memory as state_json
+from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.model import QueueModel, RequestSize
-from adapter.analyzers.queueing.slo import (
-    FALLBACK_HEADROOM,
-    MAX_FALLBACK_ITL_MS,
-    MAX_FALLBACK_TTFT_MS,
-    Slo,
-    Workload,
-    busy,
-    resolve_slo,
-    usable,
-    workload,
-)
+from adapter.analyzers.queueing.slo import Slo, resolve_slo
+from adapter.analyzers.queueing.workload import Observed, Workload, observe
 from adapter.config.configmaps import QueueingConfig
-from adapter.domain.accelerators import normalize_accelerator
-from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, VariantSupply
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, VariantSupply, supply_of
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.errors import ModelError
-from adapter.domain.ids import ModelKey
+from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import PodMetrics, VariantView
 
-__all__ = [
-    "DEFAULT_MAX_BATCH",
-    "FALLBACK_HEADROOM",
-    "MAX_FALLBACK_ITL_MS",
-    "MAX_FALLBACK_TTFT_MS",
-    "Slo",
-    "Workload",
-    "analyze",
-    "environments",
-    "learn",
-    "required_replicas",
-    "resolve_slo",
-    "workload",
-]
+LEARNED_SECTION = "queueingModel"
+"""The `status.learned` section holding a variant's filter state."""
+LABEL = "queueing-model"
+"""How reasons name this analyzer."""
 
-DEFAULT_MAX_BATCH = 256
-"""Batch limit N when neither the pods (`max_batch_size`) nor the pod template (`--max-num-seqs`) say."""
+Filters = Mapping[VariantKey, ekf.FilterState]
+"""The analyzer's memory: each variant's learned (α, β, γ) filter."""
 
 
-def required_replicas(arrival_rps: float, lambda_star_rps: float) -> int | None:
-    """ceil(arrival / λ*), None when λ* is unknown (≤ 0). The 1e-9 keeps 6.0 / 2.0 at 3 despite rounding."""
-    if lambda_star_rps <= 0:
-        return None
-    return max(0, math.ceil(arrival_rps / lambda_star_rps - 1e-9))
+@dataclass(frozen=True, slots=True)
+class QueueingModel:
+    """The queueing-model analyzer as the engine calls it."""
 
+    name: AnalyzerName = AnalyzerName.QUEUEING_MODEL
 
-def environments(pods: Sequence[PodMetrics], max_batch: int) -> list[ekf.Environment]:
-    """One filter observation per busy pod (latencies in ms); invalid ones are dropped by the filter."""
-    return [
-        ekf.Environment(
-            arrival_rps=usable(p.arrival_rate_rps),
-            input_tokens=usable(p.avg_input_tokens),
-            output_tokens=usable(p.avg_output_tokens),
-            max_batch=max_batch,
-            ttft_ms=usable(p.avg_ttft_s) * 1000.0,
-            itl_ms=usable(p.avg_itl_s) * 1000.0,
+    @property
+    def memory(self) -> FilterMemory:
+        return FilterMemory()
+
+    def configure(self, model: ModelInput) -> tuple[QueueingConfig, tuple[str, ...]]:
+        """The model's `wva-queueing-model-config` entry (the saturation ConfigMap does not decide this model)."""
+        cfg, warnings = model.configmaps.queueing(model.model)
+        return cfg, tuple(warnings)
+
+    def analyze(self, model: ModelInput, config: QueueingConfig, memory: Filters, now_s: float) -> Analysis[Filters]:
+        learned, notes = remembered(model.views, memory)
+        outcome, states = measure(model.model, model.views, model.pods, cfg=config, learned=learned, now_s=now_s)
+        update = {VariantKey(model.model.namespace, name): state for name, state in states.items()}
+        persist = {name: {LEARNED_SECTION: state.to_json()} for name, state in states.items()}
+        if isinstance(outcome, NoSignal):
+            return Analysis.unmeasured(
+                outcome.reason, figures=outcome.analysis, notes=tuple(notes), memory=update, learned=persist
+            )
+        return Analysis.measured(
+            outcome, CapacityWording(LABEL, outcome), notes=(*notes, *outcome.notes), memory=update, learned=persist
         )
-        for p in busy(pods)
-    ]
 
 
-def _max_batch(view: VariantView, pods: Sequence[PodMetrics]) -> int:
-    reported = next((p.max_batch_size for p in pods if p.max_batch_size and p.max_batch_size > 0), None)
-    if reported:
-        return int(reported)
-    if view.target is not None and view.target.vllm.max_num_seqs > 0:
-        return view.target.vllm.max_num_seqs
-    return DEFAULT_MAX_BATCH
+def remembered(views: Sequence[VariantView], memory: Filters) -> tuple[dict[str, ekf.FilterState], list[str]]:
+    """Each variant's filter: this process's memory, else what a previous leader persisted in VA status (a
+    restart or fail-over resumes there); an unreadable persisted state is noted and learning starts afresh."""
+    learned: dict[str, ekf.FilterState] = {}
+    notes: list[str] = []
+    for view in views:
+        state = memory.get(view.key)
+        if state is None and LEARNED_SECTION in view.status.learned:
+            try:
+                state = ekf.FilterState.from_json(view.status.learned[LEARNED_SECTION])
+            except ValueError as exc:
+                notes.append(f"{view.key.name}: persisted filter state unreadable ({exc}); learning afresh")
+        if state is not None:
+            learned[view.key.name] = state
+    return learned, notes
 
 
-def learn(
-    view: VariantView,
-    pods: Sequence[PodMetrics],
-    previous: ekf.FilterState | None,
-    *,
-    cfg: QueueingConfig,
-    now_s: float,
-) -> tuple[ekf.FilterState | None, str]:
-    """The variant's filter after this cycle's observations, and a note ("" when nothing to say)."""
-    if not cfg.tuning_enabled:
-        return previous, ""
-    outcome = ekf.advance(previous, environments(pods, _max_batch(view, pods)), now_s=now_s)
-    if outcome is None:
-        return None, ""
-    name = view.key.name
-    if outcome.started == "re-fitted" and previous is not None:
-        return outcome.state, f"{name}: filter lost for {previous.lost_cycles} cycles; re-fitted"
-    if outcome.rejected:
-        return outcome.state, f"{name}: {outcome.rejected} observation(s) rejected ({outcome.reasons[0]})"
-    return outcome.state, ""
-
-
-def analyze(
+def measure(
     model: ModelKey,
     views: Sequence[VariantView],
     pods_by_variant: Mapping[str, Sequence[PodMetrics]],
@@ -148,19 +122,10 @@ def analyze(
 ) -> tuple[CapacitySignal | NoSignal, dict[str, ekf.FilterState]]:
     """The model's signal in requests/s and every variant's filter state after this cycle (module docstring).
     Never raises on bad metrics: missing, NaN or negative values count as absent."""
-    all_pods = [p for v in views for p in pods_by_variant.get(v.key.name, ())]
-    load = workload(all_pods)
-    states: dict[str, ekf.FilterState] = {}
-    notes: list[str] = []
-    for view in views:
-        state, note = learn(
-            view, pods_by_variant.get(view.key.name, ()), learned.get(view.key.name), cfg=cfg, now_s=now_s
-        )
-        if state is not None:
-            states[view.key.name] = state
-        if note:
-            notes.append(note)
-    slo = resolve_slo(cfg, [states[v.key.name] for v in views if v.key.name in states], load)
+    observed = observe(views, pods_by_variant)
+    states, notes = _learn(views, observed, learned, cfg=cfg, now_s=now_s)
+    load = observed.model
+    slo = resolve_slo(cfg, [states[v.key.name].params() for v in views if v.key.name in states], load)
     if slo is None:
         reason = "no SLO targets: none configured, no learned parameters and no observed TTFT/ITL"
         return NoSignal(model, AnalyzerName.QUEUEING_MODEL, reason, {"busy_pods": load.busy_pods}), states
@@ -174,37 +139,19 @@ def analyze(
     variants: list[VariantSupply] = []
     per_variant: dict[str, dict[str, object]] = {}
     for view in views:
-        pods = pods_by_variant.get(view.key.name, ())
+        own = observed.variants[view.key.name]
         state = states.get(view.key.name)
-        rate, why = _max_rate(state, load, slo, _max_batch(view, pods))
+        rate, why = _max_rate(state, load, slo, own.max_batch)
         if why:
             notes.append(f"{view.key.name}: {why}")
-        own_arrival = sum(usable(p.arrival_rate_rps) for p in busy(pods))
-        target = view.target
-        current = target.replicas if target else 0
-        pending = target.pending_replicas if target else 0
-        variants.append(
-            VariantSupply(
-                name=view.key.name,
-                cost=view.spec.cost,
-                per_replica_capacity=rate,
-                current_replicas=current,
-                min_replicas=view.spec.min_replicas,
-                max_replicas=view.spec.max_replicas,
-                ready_replicas=max(0, current - pending),
-                pending_replicas=pending,
-                gpus_per_replica=max(1, target.gpus_per_replica) if target else 1,
-                accelerator=normalize_accelerator(view.accelerator),
-                demand=own_arrival,
-            )
-        )
+        variants.append(supply_of(view, per_replica_capacity=rate, demand=own.arrival_rps))
         per_variant[view.key.name] = {
             "alpha": round(state.alpha_ms, 6) if state else None,
             "beta": round(state.beta_ms, 8) if state else None,
             "gamma": round(state.gamma_ms, 10) if state else None,
             "max_rps_per_replica": round(rate, 6),
-            "total_arrival_rps": round(own_arrival, 6),
-            "required_replicas": required_replicas(own_arrival, rate),
+            "total_arrival_rps": round(own.arrival_rps, 6),
+            "required_replicas": required_replicas(own.arrival_rps, rate),
         }
     if not any(v.per_replica_capacity > 0 for v in variants):
         reason = "no variant's capacity at the SLO is known: " + "; ".join(notes[:3])
@@ -235,6 +182,35 @@ def analyze(
     return signal, states
 
 
+def _learn(
+    views: Sequence[VariantView],
+    observed: Observed,
+    learned: Mapping[str, ekf.FilterState],
+    *,
+    cfg: QueueingConfig,
+    now_s: float,
+) -> tuple[dict[str, ekf.FilterState], list[str]]:
+    """Every variant's filter after this cycle's observations (stage 2), and a note per notable outcome."""
+    states: dict[str, ekf.FilterState] = {}
+    notes: list[str] = []
+    for view in views:
+        name = view.key.name
+        previous = learned.get(name)
+        if not cfg.tuning_enabled:
+            if previous is not None:
+                states[name] = previous
+            continue
+        outcome = ekf.learn(previous, observed.variants[name], now_s=now_s)
+        if outcome is None:
+            continue
+        states[name] = outcome.state
+        if outcome.started == "re-fitted" and previous is not None:
+            notes.append(f"{name}: filter lost for {previous.lost_cycles} cycles; re-fitted")
+        elif outcome.rejected:
+            notes.append(f"{name}: {outcome.rejected} observation(s) rejected ({outcome.reasons[0]})")
+    return states, notes
+
+
 def _max_rate(state: ekf.FilterState | None, load: Workload, slo: Slo, max_batch: int) -> tuple[float, str]:
     """λ* (throughput at the largest SLO-meeting rate), req/s per replica; 0 with a reason when unknown."""
     if state is None:
@@ -249,3 +225,46 @@ def _max_rate(state: ekf.FilterState | None, load: Workload, slo: Slo, max_batch
         return model.max_rate(slo.target_ttft_ms, slo.target_itl_ms).throughput_rps, ""
     except (ModelError, ValueError, ArithmeticError) as exc:
         return 0.0, f"the SLO is out of this variant's reach ({str(exc)[:160]})"
+
+
+def required_replicas(arrival_rps: float, lambda_star_rps: float) -> int | None:
+    """ceil(arrival / λ*), None when λ* is unknown (≤ 0). The 1e-9 keeps 6.0 / 2.0 at 3 despite rounding."""
+    if lambda_star_rps <= 0:
+        return None
+    return max(0, math.ceil(arrival_rps / lambda_star_rps - 1e-9))
+
+
+@dataclass(frozen=True, slots=True)
+class FilterMemory:
+    """The filters of every VA still decided carry over; this cycle's replace them.
+
+    JSON (`engine_state.queueing`): {"ns/va": FilterState.to_json()}."""
+
+    section: str = "queueing"
+
+    def empty(self) -> Filters:
+        return {}
+
+    def next(
+        self, previous: Filters, updates: Sequence[Filters], *, decided: AbstractSet[VariantKey], now_s: float
+    ) -> Filters:
+        del now_s  # a filter is kept as long as its VA is decided
+        kept = {k: v for k, v in previous.items() if k in decided}
+        for update in updates:
+            kept.update(update)
+        return kept
+
+    def to_json(self, memory: Filters) -> dict[str, Any]:
+        return {str(k): f.to_json() for k, f in sorted(memory.items())}
+
+    def from_json(self, doc: Any, path: str) -> Filters:
+        out: dict[VariantKey, ekf.FilterState] = {}
+        for key, raw in state_json.obj(doc, path).items():
+            try:
+                out[state_json.variant_key(key, path)] = ekf.FilterState.from_json(raw)
+            except ValueError as exc:  # the key's own error too, under the entry's path
+                raise state_json.StateFormatError(f"{path}[{key[:60]!r}]", str(exc)) from None
+        return out
+
+
+ANALYZER = QueueingModel()

@@ -1,5 +1,6 @@
 """Online learning of a variant's service parameters x = (α, β, γ) with an extended Kalman filter (seed 003;
-research §3.6). Pure: numpy and scipy, no clock, no I/O; nothing here raises on bad data.
+research §3.6); stage 2 of `analyzer.measure` (`learn`, at the end of this file). Pure: numpy and scipy, no clock,
+no I/O; nothing here raises on bad data.
 
 One observation per busy pod ("environment"): its arrival rate λ, request size (I, O), batch limit N, and the
 measured z = (TTFT, ITL) in ms. The measurement function is the queueing model itself:
@@ -66,6 +67,7 @@ import numpy.typing as npt
 from scipy.optimize import least_squares
 
 from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
+from adapter.analyzers.queueing.workload import VariantLoad, usable
 from adapter.domain.errors import ModelError
 
 Vector = npt.NDArray[np.float64]
@@ -90,8 +92,6 @@ PRIOR_SD = math.log(10.0)
 """The cold-start fit's prior around DEFAULT_PARAMS, in θ: a factor of 10 at one standard deviation."""
 STATE_LIMITS = ((0.01, 1e-5, 1e-8), (1000.0, 10.0, 1.0))
 """Lower and upper limits of (α, β, γ) in ms for a new state: far beyond any GPU, so a limit is never the answer."""
-PARAM_RANGE = STATE_LIMITS
-"""Former name of STATE_LIMITS."""
 FIT_MAX_EVALUATIONS = 200
 FIT_PENALTY = 10.0
 """Relative residual of a pod the model cannot serve at a trial θ (plus ln(λ/λ_max))."""
@@ -513,3 +513,23 @@ def advance(previous: FilterState | None, environments: Sequence[Environment], *
         kept = replace(refit, accepted=previous.accepted, rejected=previous.rejected)
         return Outcome(kept, started="re-fitted")
     return update(previous, envs, now_s=now_s)
+
+
+def learn(previous: FilterState | None, load: VariantLoad, *, now_s: float) -> Outcome | None:
+    """One cycle of learning from a variant's busy pods: `advance` over one observation per pod."""
+    return advance(previous, environments(load), now_s=now_s)
+
+
+def environments(load: VariantLoad) -> list[Environment]:
+    """One observation per busy pod (latencies in ms); invalid ones are dropped by the filter."""
+    return [
+        Environment(
+            arrival_rps=usable(p.arrival_rate_rps),
+            input_tokens=usable(p.avg_input_tokens),
+            output_tokens=usable(p.avg_output_tokens),
+            max_batch=load.max_batch,
+            ttft_ms=usable(p.avg_ttft_s) * 1000.0,
+            itl_ms=usable(p.avg_itl_s) * 1000.0,
+        )
+        for p in load.busy
+    ]

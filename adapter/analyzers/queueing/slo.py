@@ -1,10 +1,8 @@
 """SLO resolution for the queueing-model analyzer (seed 003; research §3.5, §3.7): which TTFT and ITL targets a
-model is sized for this cycle, and from what. Pure.
+model is sized for this cycle, and from what (stage 3 of `analyzer.measure`). Pure.
 
-The workload the targets are resolved against is the model's, over its busy pods (arrival rate > 0, all
-variants together), with arrival-rate-weighted means, e.g. ``I = Σ λ_i·I_i / Σ λ_i``:
-
-    pods (λ 3, I 100, TTFT 100 ms) and (λ 1, I 500, TTFT 500 ms) → Σλ = 4, I = 200, TTFT = 200 ms
+The targets are resolved against the model's workload (`workload.Workload`: arrival-rate-weighted means over
+its busy pods) and the variants' learned service parameters.
 
 Resolution, first that applies (the replay's ``analysis.slo.source``):
 
@@ -27,14 +25,13 @@ reports no signal, with that reason.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from adapter.analyzers.queueing.ekf import FilterState
+from adapter.analyzers.queueing.model import ServiceParams
+from adapter.analyzers.queueing.workload import Workload
 from adapter.config.configmaps import QueueingConfig
-from adapter.domain.snapshot import PodMetrics
 
 DEFAULT_SLO_MULTIPLIER = 3.0
 FALLBACK_HEADROOM = 1.5
@@ -46,18 +43,6 @@ class SloSource(StrEnum):
     EXPLICIT = "explicit"
     INFERRED = "inferred"
     OBSERVED = "observed"
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """Arrival-rate-weighted means over busy pods (zeros when none is busy); latencies in ms."""
-
-    total_arrival_rps: float = 0.0
-    busy_pods: int = 0
-    input_tokens: float = 0.0
-    output_tokens: float = 0.0
-    ttft_ms: float = 0.0
-    itl_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,37 +61,7 @@ class Slo:
         }
 
 
-def usable(value: float | None) -> float:
-    """A metric as a number: its value when finite and > 0, else 0 (missing, NaN, negative)."""
-    return value if value is not None and math.isfinite(value) and value > 0 else 0.0
-
-
-def busy(pods: Sequence[PodMetrics]) -> list[PodMetrics]:
-    """Pods with traffic (arrival rate > 0): the only ones that say anything about latency at load."""
-    return [p for p in pods if usable(p.arrival_rate_rps) > 0]
-
-
-def workload(pods: Sequence[PodMetrics]) -> Workload:
-    """Σλ and the arrival-rate-weighted means over the busy pods among `pods` (module docstring)."""
-    active = busy(pods)
-    total = sum(usable(p.arrival_rate_rps) for p in active)
-    if total <= 0:
-        return Workload()
-
-    def weighted(get: str) -> float:
-        return sum(usable(p.arrival_rate_rps) * usable(getattr(p, get)) for p in active) / total
-
-    return Workload(
-        total_arrival_rps=total,
-        busy_pods=len(active),
-        input_tokens=weighted("avg_input_tokens"),
-        output_tokens=weighted("avg_output_tokens"),
-        ttft_ms=weighted("avg_ttft_s") * 1000.0,
-        itl_ms=weighted("avg_itl_s") * 1000.0,
-    )
-
-
-def resolve_slo(cfg: QueueingConfig, learned: Sequence[FilterState], load: Workload) -> Slo | None:
+def resolve_slo(cfg: QueueingConfig, learned: Sequence[ServiceParams], load: Workload) -> Slo | None:
     """Explicit → inferred → observed (module docstring); None when none applies."""
     if cfg.explicit_slo:
         return Slo(cfg.target_ttft_ms, cfg.target_itl_ms, SloSource.EXPLICIT.value)

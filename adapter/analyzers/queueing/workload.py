@@ -1,0 +1,104 @@
+"""What the queueing-model analyzer observes of a model this cycle (stage 1 of `analyzer.measure`). Pure.
+
+Only busy pods (arrival rate > 0) say anything about latency at load. Over the busy pods of all variants
+together, the model's workload is Σλ and arrival-rate-weighted means, e.g. ``I = Σ λ_i·I_i / Σ λ_i``:
+
+    pods (λ 3, I 100, TTFT 100 ms) and (λ 1, I 500, TTFT 500 ms) → Σλ = 4, I = 200, TTFT = 200 ms
+
+Per variant: its busy pods (the filter's observations), its batch limit N (`max_batch_size` the pods report,
+else the pod template's `--max-num-seqs`, else 256) and the arrival rate its own pods carry.
+
+A metric counts when it is finite and > 0 (`usable`); missing, NaN and negative values count as absent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from adapter.analyzers.queueing.model import DEFAULT_MAX_BATCH
+from adapter.domain.snapshot import PodMetrics, VariantView
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Arrival-rate-weighted means over busy pods (zeros when none is busy); latencies in ms."""
+
+    total_arrival_rps: float = 0.0
+    busy_pods: int = 0
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    ttft_ms: float = 0.0
+    itl_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class VariantLoad:
+    """One variant's share of the observation."""
+
+    name: str
+    busy: tuple[PodMetrics, ...]
+    """Its pods with traffic: one filter observation each."""
+    max_batch: int
+    arrival_rps: float
+    """Σλ of its own busy pods."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    model: Workload
+    variants: Mapping[str, VariantLoad]
+    """Every variant of the model, by name."""
+
+
+def observe(views: Sequence[VariantView], pods_by_variant: Mapping[str, Sequence[PodMetrics]]) -> Observed:
+    """The model's workload and every variant's load (module docstring)."""
+    variants = {}
+    for view in views:
+        pods = pods_by_variant.get(view.key.name, ())
+        active = tuple(busy(pods))
+        variants[view.key.name] = VariantLoad(
+            view.key.name, active, max_batch(view, pods), sum(usable(p.arrival_rate_rps) for p in active)
+        )
+    return Observed(workload([p for v in views for p in pods_by_variant.get(v.key.name, ())]), variants)
+
+
+def usable(value: float | None) -> float:
+    """A metric as a number: its value when finite and > 0, else 0 (missing, NaN, negative)."""
+    return value if value is not None and math.isfinite(value) and value > 0 else 0.0
+
+
+def busy(pods: Sequence[PodMetrics]) -> list[PodMetrics]:
+    """Pods with traffic (arrival rate > 0): the only ones that say anything about latency at load."""
+    return [p for p in pods if usable(p.arrival_rate_rps) > 0]
+
+
+def workload(pods: Sequence[PodMetrics]) -> Workload:
+    """Σλ and the arrival-rate-weighted means over the busy pods among `pods` (module docstring)."""
+    active = busy(pods)
+    total = sum(usable(p.arrival_rate_rps) for p in active)
+    if total <= 0:
+        return Workload()
+
+    def weighted(get: str) -> float:
+        return sum(usable(p.arrival_rate_rps) * usable(getattr(p, get)) for p in active) / total
+
+    return Workload(
+        total_arrival_rps=total,
+        busy_pods=len(active),
+        input_tokens=weighted("avg_input_tokens"),
+        output_tokens=weighted("avg_output_tokens"),
+        ttft_ms=weighted("avg_ttft_s") * 1000.0,
+        itl_ms=weighted("avg_itl_s") * 1000.0,
+    )
+
+
+def max_batch(view: VariantView, pods: Sequence[PodMetrics]) -> int:
+    """N: what the pods report, else the pod template's `--max-num-seqs`, else vLLM's default 256."""
+    reported = next((p.max_batch_size for p in pods if p.max_batch_size and p.max_batch_size > 0), None)
+    if reported:
+        return int(reported)
+    if view.target is not None and view.target.vllm.max_num_seqs > 0:
+        return view.target.vllm.max_num_seqs
+    return DEFAULT_MAX_BATCH
