@@ -25,7 +25,6 @@ MAX_SEED = 2**32 - 1
 """numpy's SeedSequence takes any non-negative int; we keep seeds to 32 bits, as the scenario schema does."""
 MAX_DEMO_SPEED = 1_000_000.0
 MAX_DEMO_DURATION_S = 365 * 86400.0
-MAX_SIM_REQUESTS_OVERRIDE = 1_000_000_000
 
 
 def number(
@@ -227,7 +226,7 @@ def _add_simulate(verbs: Any) -> None:
     )
     simulate.add_argument(
         "--max-requests",
-        type=number(integer=True, minimum=1, maximum=MAX_SIM_REQUESTS_OVERRIDE),
+        type=number(integer=True, minimum=1, maximum=1_000_000_000),  # adapter.sim.scenario.MAX_REQUESTS_OVERRIDE
         metavar="N",
         help="refuse scenarios expected to generate more requests than this per run "
         "(default: adapter.sim.scenario.MAX_REQUESTS, 2,000,000)",

@@ -18,8 +18,10 @@ Every problem is a `ConfigError` whose message names the file and the key (e.g.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -31,10 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, ConfigSet
 from adapter.config.errors import describe
 from adapter.config.files import MAX_SCENARIO_BYTES, MAX_TRACE_BYTES, check_file, read_bounded
-from adapter.config.safeload import load_yaml
+from adapter.config.safeload import load_yaml, size_text
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import ConfigError, ManifestError
 from adapter.domain.ids import ModelKey
+from adapter.domain.text import plain
 from adapter.sim.fleet import FleetConfig, StartupTime, VariantConfig
 from adapter.sim.replica import PerfParams
 from adapter.sim.workload import (
@@ -60,6 +63,10 @@ MAX_BINS = 20_160
 """Engine intervals per run (a week at 30 s): bounds the run and the oracle's program."""
 MAX_STEPS = 10_000
 MAX_CONFIGMAPS = 32
+MAX_TRACE_TEXT_BYTES = 2 * 1024 * 1024 * 1024
+"""Text a trace may hold once decompressed: about 40 million rows, far above any request limit."""
+MAX_REQUESTS_OVERRIDE = 1_000_000_000
+"""The largest `simulate --max-requests`."""
 MAX_REQUESTS = 2_000_000
 """Requests a run may generate, estimated before it starts (`expected_requests`); `simulate --max-requests`
 raises it. Measured on the 2-core reference machine: about 150,000 simulated requests per second of wall time
@@ -333,7 +340,7 @@ def expected_requests(scenario: Scenario) -> tuple[int, str]:
     duration_s = scenario.effective_duration_s()
     workload = scenario.workload()
     if isinstance(workload, TraceWorkload):
-        rows = _count_rows(workload.path)
+        rows = _count_rows(workload.path, enough=math.ceil(MAX_REQUESTS_OVERRIDE / workload.rate_scale) + 1)
         count = rows * workload.rate_scale
         if workload.max_requests is not None:
             count = min(count, workload.max_requests)
@@ -385,12 +392,24 @@ def _rate_integral(process: Any, duration_s: float) -> float:
     raise TypeError(f"no request estimate for {type(process).__name__}")
 
 
-def _count_rows(path: Path) -> int:
-    """Lines of a trace file (at most MAX_TRACE_BYTES, checked when the scenario was loaded), in 1 MB blocks."""
-    lines = 0
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            lines += block.count(b"\n")
+def _count_rows(path: Path, *, enough: int) -> int:
+    """Lines of a trace (through gzip for `.gz`), in 1 MB blocks, stopping once there are `enough` (the caller
+    only needs to know the count is above any limit) or once `MAX_TRACE_TEXT_BYTES` of text were read (a small
+    `.gz` can decompress to far more than its file size)."""
+    lines = read = 0
+    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            while (block := handle.read(1 << 20)) and lines <= enough:
+                read += len(block)
+                lines += block.count(b"\n")
+                if read > MAX_TRACE_TEXT_BYTES:
+                    raise ConfigError(
+                        f"scenario.workload.trace: {plain(str(path))} holds more than {size_text(MAX_TRACE_TEXT_BYTES)}"
+                        f" of text; the limit is {size_text(MAX_TRACE_TEXT_BYTES)}"
+                    )
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ConfigError(f"scenario.workload.trace: {plain(str(path))}: unreadable ({type(exc).__name__})") from None
     return lines
 
 
@@ -489,12 +508,16 @@ def _describe_spec(exc: ValidationError) -> list[str]:
     return kept or [f"scenario: {exc.error_count()} problems"]
 
 
+_TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
+
+
 def _check_trace(path: Path) -> None:
+    if Path(path.name.lower().removesuffix(".gz")).suffix in _TRACE_SUFFIXES:
+        check_file(path, what="scenario.workload.trace:", max_bytes=MAX_TRACE_BYTES)  # before its header is read
     try:
-        trace_format(path)
+        trace_format(path)  # an unknown suffix: refused by name, nothing read
     except TraceFormatError as exc:
         raise ConfigError(f"scenario.workload.trace: {exc}") from None
-    check_file(path, what="scenario.workload.trace:", max_bytes=MAX_TRACE_BYTES)
     try:
         with path.open("rb"):
             pass

@@ -11,6 +11,7 @@ the same harness.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -93,6 +94,20 @@ def _trace_scenario(directory: Path) -> Path:
     text = inputs.poisson_scenario(1, 60).replace("{kind: poisson, rate_rps: 1, input_tokens: 100, output_tokens: 20}",
                                                   "{trace: zero.csv}")  # fmt: skip
     return _file("trace.yaml", text)(directory)
+
+
+def _gzip_trace_scenario(rows: int) -> Callable[[Path], Path]:
+    """A plain-CSV trace of `rows` requests, gzipped (a few hundred KB), and a scenario replaying it."""
+
+    def make(directory: Path) -> Path:
+        body = b"timestamp_s,input_tokens,output_tokens\n" + b"0.001,100,20\n" * rows
+        (directory / "many.csv.gz").write_bytes(gzip.compress(body, compresslevel=1))
+        text = inputs.poisson_scenario(1, 60).replace(
+            "{kind: poisson, rate_rps: 1, input_tokens: 100, output_tokens: 20}", "{trace: many.csv.gz}"
+        )
+        return _file("gz.yaml", text)(directory)
+
+    return make
 
 
 def _alias_stream(documents: int) -> str:
@@ -231,6 +246,11 @@ CASES: dict[str, Case] = {
         lambda d: wva("simulate", "--scenario", str(_trace_scenario(d))),
         2,
         r"scenario\.workload\.trace: .*zero\.csv is a character device",
+    ),
+    "simulate-gzip-trace-over-the-request-limit": Case(
+        lambda d: wva("simulate", "--scenario", str(_gzip_trace_scenario(2_500_000)(d))),
+        2,
+        r"about 2,500,001 requests \(2,500,001 trace rows × rate_scale 1\); the limit is 2,000,000",
     ),
     "check-config-not-utf8": Case(check_config(_file("bad.yaml", b"a: \xff\xfe")), 1, r"not UTF-8 \(byte 0xff"),
     # ---- the alias budget is per document; a stream has a total ----
