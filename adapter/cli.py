@@ -4,61 +4,148 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
+import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from adapter import __version__
 from adapter.config.settings import Settings, add_flags
 from adapter.domain.errors import AdapterError, ConfigError, FixtureError
+from adapter.domain.text import excerpt, plain, quote
+
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+MAX_SEED = 2**32 - 1
+"""numpy's SeedSequence takes any non-negative int; we keep seeds to 32 bits, as the scenario schema does."""
+MAX_DEMO_SPEED = 1_000_000.0
+MAX_DEMO_DURATION_S = 365 * 86400.0
+
+
+def number(
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: bool = False,
+    integer: bool = False,
+    what: str = "",
+) -> Callable[[str], Any]:
+    """An argparse `type`: a finite number (an integer when `integer`) within [minimum, maximum] (or above
+    `minimum` when `above`), ASCII digits only. argparse names the flag and exits 2:
+    `argument --speed: must be a finite number > 0 and <= 1e+06, got 'nan'`."""
+    low = "" if minimum is None else (f"> {minimum:g}" if above else f">= {minimum:g}")
+    high = "" if maximum is None else f"<= {maximum:g}"
+    bounds = " and ".join(part for part in (low, high) if part)
+    kind = what or ("an integer" if integer else "a finite number")
+    rule = f"must be {kind}{' ' + bounds if bounds else ''}"
+
+    def parse(text: str) -> Any:
+        pattern = _INTEGER if integer else _DECIMAL
+        if not pattern.fullmatch(text.strip()):
+            raise argparse.ArgumentTypeError(f"{rule}, got {quote(text, 40)}")
+        value: float | int = int(text) if integer else float(text)
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {quote(text, 40)}")
+        if minimum is not None and (value < minimum or (above and value == minimum)):
+            raise argparse.ArgumentTypeError(f"{rule}, got {quote(text, 40)}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{rule}, got {quote(text, 40)}")
+        return value
+
+    parse.__name__ = "integer" if integer else "number"  # argparse's fallback message names the type
+    return parse
+
+
+PORT = number(integer=True, minimum=0, maximum=65535, what="a port number (0: any free port)")
+SEED = number(integer=True, minimum=0, maximum=MAX_SEED)
+FINITE = number()
 
 
 def _replay(args: argparse.Namespace) -> int:
+    """Every fixture is validated before anything is printed (exit 2 on an invalid one); the result document (a
+    list of them for several fixtures) is then written cycle by cycle, exactly as `json.dumps(document,
+    indent=2)` would write it, so memory holds one cycle's result at a time."""
+    from adapter.replay import runner
+
+    loaded = [_load_fixture(path) for path in args.fixtures]
+    if any(item is None for item in loaded):
+        return 2
+    several = len(args.fixtures) > 1
+    pad = "  " if several else ""
+    out = sys.stdout
+    if several:
+        out.write("[\n")
+    passed_all = True
+    for index, (path, item) in enumerate(zip(args.fixtures, loaded, strict=True)):
+        assert item is not None
+        fx, vas = item
+        out.write(f'{pad}{{\n{pad}  "schema": {json.dumps(runner.RESULT_SCHEMA)},\n')
+        out.write(f'{pad}  "name": {json.dumps(fx.name)},\n{pad}  "cycles": [\n')
+        mismatches: list[str] = []
+        count = 0
+        for c, cycle in enumerate(runner.cycles(fx, vas, scale_to_zero_env=os.environ.get("WVA_SCALE_TO_ZERO"))):
+            text = json.dumps(cycle, indent=2)
+            out.write((",\n" if c else "") + "\n".join(f"{pad}    {line}" for line in text.splitlines()))
+            count += 1
+            mismatches += [
+                f"  cycle {c} {m['variant']}: {m['field']} expected {excerpt(m['expected'], 200)}, "
+                f"got {excerpt(m['actual'], 200)}"
+                for m in cycle["mismatches"]
+            ]
+        passed = not mismatches
+        passed_all = passed_all and passed
+        out.write(f'\n{pad}  ],\n{pad}  "passed": {json.dumps(passed)},\n')
+        out.write(f'{pad}  "fixture": {json.dumps(str(path))}\n{pad}}}')
+        out.write(",\n" if several and index < len(args.fixtures) - 1 else "\n")
+        name = plain(fx.name, 120) if fx.name else "(unnamed)"
+        print(f"{'PASS' if passed else 'FAIL'} {plain(path)}: {name} — {count} cycle(s)", file=sys.stderr)
+        for line in mismatches:
+            print(line, file=sys.stderr)
+    if several:
+        out.write("]\n")
+    out.flush()
+    return 0 if passed_all else 1
+
+
+def _load_fixture(path: str) -> tuple[Any, Any] | None:
+    """A fixture and its VAs, or None after saying why on stderr (exit 2). ConfigMap problems are warnings, as
+    `serve` treats them: the invalid entry is dropped and the replay goes on."""
     from adapter.replay import fixture, runner
 
-    results = []
-    for path in args.fixtures:
-        try:
-            fx, vas = fixture.load(Path(path))
-        except FixtureError as exc:
-            print(f"{path}: invalid fixture: {exc}", file=sys.stderr)
-            return 2
-        result = runner.run(fx, vas, scale_to_zero_env=os.environ.get("WVA_SCALE_TO_ZERO"))
-        result["fixture"] = str(path)
-        results.append(result)
-        verdict = "PASS" if result["passed"] else "FAIL"
-        print(f"{verdict} {path}: {result['name'] or '(unnamed)'} — {len(result['cycles'])} cycle(s)", file=sys.stderr)
-        for c, cycle in enumerate(result["cycles"]):
-            for m in cycle["mismatches"]:
-                print(
-                    f"  cycle {c} {m['variant']}: {m['field']} expected {m['expected']!r}, got {m['actual']!r}",
-                    file=sys.stderr,
-                )
-    out = results[0] if len(results) == 1 else results
-    print(json.dumps(out, indent=2))
-    return 0 if all(r["passed"] for r in results) else 1
+    try:
+        loaded = fixture.load(Path(path))
+        runner.initial_state(loaded[0])  # its errors too, before any output
+    except FixtureError as exc:
+        print(f"{plain(path)}: invalid fixture: {exc}", file=sys.stderr)
+        return None
+    for problem in fixture.configmap_problems(loaded[0]):
+        print(f"warning {plain(path)}: {problem}", file=sys.stderr)
+    return loaded
 
 
 def _explain(args: argparse.Namespace) -> int:
     from adapter.domain.ids import VariantKey
-    from adapter.replay import explain, fixture
+    from adapter.replay import explain
 
     try:
         only = VariantKey.parse(args.va) if args.va else None
     except ValueError as exc:
         print(f"explain: --va: {exc}", file=sys.stderr)
         return 2
-    try:
-        fx, vas = fixture.load(Path(args.fixture))
-    except FixtureError as exc:
-        print(f"{args.fixture}: invalid fixture: {exc}", file=sys.stderr)
+    loaded = _load_fixture(args.fixture)
+    if loaded is None:
         return 2
+    fx, vas = loaded
     if only is not None and only not in {va.key for va in vas}:
-        print(f"explain: {only} is not a VariantAutoscaling of {args.fixture}", file=sys.stderr)
+        print(f"explain: {plain(str(only))} is not a VariantAutoscaling of {plain(args.fixture)}", file=sys.stderr)
         return 2
-    print(explain.explain(fx, vas, only=only), end="")
+    for line in explain.explain_lines(fx, vas, only=only):
+        print(line)
     return 0
 
 
@@ -66,16 +153,18 @@ def _recommend(args: argparse.Namespace) -> int:
     """Rows of (namespace/name, model, lower, target, upper, desired) from a cluster or from fixtures."""
     rows: list[tuple[str, str, str, str, str, str]] = []
     if args.fixtures:
-        from adapter.replay import fixture, runner
+        from adapter.replay import runner
 
         for path in args.fixtures:
-            try:
-                fx, vas = fixture.load(Path(path))
-            except FixtureError as exc:
-                print(f"{path}: invalid fixture: {exc}", file=sys.stderr)
+            loaded = _load_fixture(path)
+            if loaded is None:
                 return 2
+            fx, vas = loaded
             models = {str(va.key): va.to_spec().model_id for va in vas}
-            last = runner.run(fx, vas)["cycles"][-1]["decisions"]
+            final: dict[str, Any] = {}
+            for final in runner.cycles(fx, vas):  # noqa: B007 - only the last cycle is shown
+                pass
+            last = final["decisions"]
             for key, d in sorted(last.items()):
                 rec = d.get("recommendation") or {}
                 rows.append(
@@ -110,12 +199,14 @@ def _simulate(args: argparse.Namespace) -> int:
     """Summary JSON on stdout, plot into --out; an invalid scenario or policy exits 2 (ConfigError, via main)."""
     from adapter.app.simulate import main as simulate_main
 
-    if args.seed is not None and args.seed < 0:
-        print(f"simulate: --seed must be >= 0, got {args.seed}", file=sys.stderr)
-        return 2
     out = Path(args.out) if args.out else None
     return simulate_main(
-        Path(args.scenario), policy=args.policy, out_dir=out, seed=args.seed, frontier=not args.no_frontier
+        Path(args.scenario),
+        policy=args.policy,
+        out_dir=out,
+        seed=args.seed,
+        frontier=not args.no_frontier,
+        max_requests=args.max_requests,
     )
 
 
@@ -127,11 +218,18 @@ def _add_simulate(verbs: Any) -> None:
         help="wva-v1 | wva-v2 | wva-slo | hpa-kv | keda-queue | static | oracle (default: the scenario's)",
     )
     simulate.add_argument("--out", metavar="DIR", help="write a PNG plot here (load, replicas, p99 TTFT/ITL vs SLO)")
-    simulate.add_argument("--seed", type=int, metavar="N", help="run seed (default: the scenario's `seed`, else 0)")
+    simulate.add_argument("--seed", type=SEED, metavar="N", help="run seed (default: the scenario's `seed`, else 0)")
     simulate.add_argument(
         "--no-frontier",
         action="store_true",
         help="skip the search for oracle@99 (oracle99_cost: null); the search plays 5-15 extra runs of the scenario",
+    )
+    simulate.add_argument(
+        "--max-requests",
+        type=number(integer=True, minimum=1, maximum=1_000_000_000),  # adapter.sim.scenario.MAX_REQUESTS_OVERRIDE
+        metavar="N",
+        help="refuse scenarios expected to generate more requests than this per run "
+        "(default: adapter.sim.scenario.MAX_REQUESTS, 2,000,000)",
     )
     simulate.set_defaults(func=_simulate)
 
@@ -154,12 +252,6 @@ def _demo(args: argparse.Namespace) -> int:
 
     from adapter.app.demo import DemoOptions, run_demo
 
-    if args.speed <= 0:
-        print(f"--speed must be > 0, got {args.speed}", file=sys.stderr)
-        return 2
-    if args.duration < 0:
-        print(f"--duration must be >= 0 (0 = until Ctrl-C), got {args.duration}", file=sys.stderr)
-        return 2
     options = DemoOptions(
         examples_dir=Path(args.examples),
         out_dir=Path(args.out),
@@ -281,16 +373,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     demo = verbs.add_parser("demo", help="simulated fleet + real pipeline + real servers on 127.0.0.1")
-    demo.add_argument("--duration", type=float, default=0.0, metavar="S", help="real seconds to run (0: until Ctrl-C)")
-    demo.add_argument("--speed", type=float, default=20.0, metavar="X", help="virtual seconds per real second")
+    demo.add_argument(
+        "--duration",
+        type=number(minimum=0, maximum=MAX_DEMO_DURATION_S),
+        default=0.0,
+        metavar="S",
+        help="real seconds to run (0: until Ctrl-C)",
+    )
+    demo.add_argument(
+        "--speed",
+        type=number(minimum=0, above=True, maximum=MAX_DEMO_SPEED),
+        default=20.0,
+        metavar="X",
+        help="virtual seconds per real second (at most; the world runs as fast as the machine allows)",
+    )
     demo.add_argument("--scenario", metavar="FILE", help="a simulation scenario (YAML) instead of the built-in one")
     demo.add_argument("--examples", default="manifests/examples", metavar="DIR", help="where the va-*.yaml files are")
     demo.add_argument("--out", default="out/demo", metavar="DIR", help="where the kubeconfig and TLS files go")
-    demo.add_argument("--secure-port", type=int, default=6443)
-    demo.add_argument("--grpc-port", type=int, default=50051)
-    demo.add_argument("--metrics-port", type=int, default=8080)
-    demo.add_argument("--health-port", type=int, default=8081)
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--secure-port", type=PORT, default=6443, help="0: any free port")
+    demo.add_argument("--grpc-port", type=PORT, default=50051, help="0: any free port")
+    demo.add_argument("--metrics-port", type=PORT, default=8080, help="0: any free port")
+    demo.add_argument("--health-port", type=PORT, default=8081, help="0: any free port")
+    demo.add_argument("--seed", type=SEED, default=0)
     demo.set_defaults(func=_demo)
 
     explain_verb = verbs.add_parser("explain", help="a person-readable account of one recorded cycle")
@@ -315,33 +419,76 @@ def build_parser() -> argparse.ArgumentParser:
     capacity = verbs.add_parser(
         "capacity", help="queueing-model calculator: λ* at TTFT/ITL targets, or metrics at a rate"
     )
-    capacity.add_argument("--alpha-ms", type=float, required=True, metavar="A", help="ms per iteration (> 0)")
-    capacity.add_argument("--beta-ms", type=float, required=True, metavar="B", help="ms per token of compute (>= 0)")
-    capacity.add_argument("--gamma-ms", type=float, required=True, metavar="G", help="ms per token of KV access (>= 0)")
-    capacity.add_argument("--input-tokens", type=float, required=True, metavar="I", help="average input tokens (>= 0)")
+    capacity.add_argument("--alpha-ms", type=FINITE, required=True, metavar="A", help="ms per iteration (> 0)")
+    capacity.add_argument("--beta-ms", type=FINITE, required=True, metavar="B", help="ms per token of compute (>= 0)")
     capacity.add_argument(
-        "--output-tokens", type=float, required=True, metavar="O", help="average output tokens (>= 1)"
+        "--gamma-ms", type=FINITE, required=True, metavar="G", help="ms per token of KV access (>= 0)"
+    )
+    capacity.add_argument("--input-tokens", type=FINITE, required=True, metavar="I", help="average input tokens (>= 0)")
+    capacity.add_argument(
+        "--output-tokens", type=FINITE, required=True, metavar="O", help="average output tokens (>= 1)"
     )
     capacity.add_argument(
-        "--max-batch", type=int, default=256, metavar="N", help="max concurrent requests (default 256)"
+        "--max-batch", type=number(integer=True), default=256, metavar="N", help="max concurrent requests (default 256)"
     )
-    capacity.add_argument("--max-queue", type=int, default=100, metavar="Q", help="queue capacity (default 100)")
-    capacity.add_argument("--ttft-ms", type=float, metavar="T", help="TTFT target, ms (0 = unconstrained)")
-    capacity.add_argument("--itl-ms", type=float, metavar="L", help="ITL target, ms (0 = unconstrained)")
-    capacity.add_argument("--rate", type=float, metavar="RPS", help="arrival rate, req/s (instead of the targets)")
+    capacity.add_argument(
+        "--max-queue", type=number(integer=True), default=100, metavar="Q", help="queue capacity (default 100)"
+    )
+    capacity.add_argument("--ttft-ms", type=FINITE, metavar="T", help="TTFT target, ms (0 = unconstrained)")
+    capacity.add_argument("--itl-ms", type=FINITE, metavar="L", help="ITL target, ms (0 = unconstrained)")
+    capacity.add_argument("--rate", type=FINITE, metavar="RPS", help="arrival rate, req/s (instead of the targets)")
     capacity.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     capacity.set_defaults(func=_capacity)
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so that a blocking verb (replay, simulate, …) ends like Ctrl-C does:
+    unwinding, with a message and exit 143, instead of dying mid-write."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    del signum, frame
+    raise Terminated
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C raises KeyboardInterrupt where the program is, like Python's default handler. Installing it
+    ourselves keeps asyncio.run from swapping in its own, which only cancels the main task: a simulation that
+    never yields to the loop would not notice until it finished."""
+    del signum, frame
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit codes: 0 success, 1 findings/mismatches (check-config, replay), 2 unusable input or settings.
+    """Exit codes: 0 success, 1 findings/mismatches (check-config, replay), 2 unusable input or settings (also a
+    bad flag value, which argparse names), 130 interrupted (SIGINT), 143 stopped by SIGTERM.
     Our own errors (AdapterError: bad files, settings, fixtures, scenarios) end as one line on stderr, never a
-    traceback; anything else is a bug and keeps its traceback."""
-    args = build_parser().parse_args(argv)
+    traceback; anything else is a bug and keeps its traceback. `demo` and `serve` handle SIGINT/SIGTERM
+    themselves (a graceful stop, exit 0) and replace the handler installed here."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a bad flag (argparse printed why) or --help / --version
+        return exc.code if isinstance(exc.code, int) else 2
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGINT, _interrupt)
+    except ValueError:  # not the main thread (a test calling main): keep the defaults
+        previous = {}
     try:
         code: int = args.func(args)
     except AdapterError as exc:
         print(f"wva-adapter {args.verb}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"wva-adapter {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    except Terminated:
+        print(f"wva-adapter {args.verb}: stopped by SIGTERM", file=sys.stderr)
+        return 143
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
     return code

@@ -30,6 +30,7 @@ from adapter.servers.keda import start_keda_server
 from adapter.servers.telemetry import Telemetry, build_telemetry_app, start_http_server
 from adapter.servers.tls import serving_tls
 from adapter.sim.scenario import load as load_scenario
+from adapter.sim.scenario import peak_rate_rps
 from adapter.store import DecisionStore
 
 LOOPBACK = "127.0.0.1"
@@ -54,6 +55,16 @@ class DemoOptions:
     seed: int = 0
     tick_s: float = 0.25
     """Real seconds between world steps."""
+    max_step_s: float = 30.0
+    """Virtual seconds the world advances in one step at most (one engine interval): a step is then a few
+    milliseconds of work, so the loop can look at the clock, the deadline and the signals between steps."""
+    max_step_requests: float = 5_000.0
+    """Requests one step may simulate at the workload's peak rate: a scenario at 100,000 req/s is stepped
+    0.05 virtual seconds at a time, a few tens of milliseconds of work each."""
+    busy_fraction: float = 0.8
+    """Share of each tick the world may spend stepping; the rest is left to the servers and the signals. When
+    the machine cannot keep up with `speed`, the world falls behind the requested pace instead of taking
+    ever longer steps (issue 19: at --speed 100000 a single step used to outlast --duration and SIGTERM)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +126,6 @@ async def run_demo(
     vas = list(scenario.vas) if scenario else load_vas(options.examples_dir)
     namespace = vas[0].key.namespace
     wall_start_s = time.time()
-    mono_start_s = time.monotonic()
-
-    def virtual_now() -> float:
-        return wall_start_s + (time.monotonic() - mono_start_s) * options.speed
-
     store = DecisionStore()
     world = (
         world_from_scenario(scenario, store=store, start_s=wall_start_s, seed=options.seed)
@@ -128,7 +134,12 @@ async def run_demo(
     )
     # The demo records every cycle, like `serve --record-dir`: `wva-adapter explain out/demo/record/cycle-….json`.
     world.recorder = FlightRecorder(options.out_dir / "record", max_bytes=DEMO_RECORD_MAX_BYTES)
-    telemetry = Telemetry(store, clock=virtual_now)
+    step_s = options.max_step_s
+    if scenario is not None:
+        step_s = min(step_s, max(0.001, options.max_step_requests / max(peak_rate_rps(scenario), 1e-9)))
+    pace = _Pace(world, options, out, start_s=wall_start_s, step_s=step_s)
+    telemetry = Telemetry(store, clock=pace.clock)
+    pace.telemetry = telemetry
     tls = serving_tls(
         cert_file=None,
         key_file=None,
@@ -137,7 +148,6 @@ async def run_demo(
         directory=options.out_dir / "tls",
     )
     assert tls.ca_pem is not None
-    ready = False
     stop = stop or asyncio.Event()
     async with contextlib.AsyncExitStack() as stack:
         https = await start_https_server(
@@ -150,13 +160,13 @@ async def run_demo(
         keda = await start_keda_server(store, address=f"{LOOPBACK}:{options.grpc_port}")
         stack.push_async_callback(keda.stop)
         metrics = await start_http_server(
-            build_telemetry_app(telemetry.registry, ready=lambda: ready, serve_health=False),
+            build_telemetry_app(telemetry.registry, ready=lambda: pace.ready, serve_health=False),
             host=LOOPBACK,
             port=options.metrics_port,
         )
         stack.push_async_callback(metrics.stop)
         health = await start_http_server(
-            build_telemetry_app(telemetry.registry, ready=lambda: ready, serve_metrics=False),
+            build_telemetry_app(telemetry.registry, ready=lambda: pace.ready, serve_metrics=False),
             host=LOOPBACK,
             port=options.health_port,
         )
@@ -176,22 +186,73 @@ async def run_demo(
         if on_started is not None:
             on_started(DemoEndpoints(https.port, keda.port, metrics.port, health.port, kubeconfig, store))
         deadline = None if options.duration_s <= 0 else time.monotonic() + options.duration_s
-        previous: dict[VariantKey, VariantDecision] = {}
-        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            started = time.perf_counter()
-            result = world.step_to(virtual_now())
-            if result is not None:
-                telemetry.record_cycle(
-                    duration_s=time.perf_counter() - started, decisions=result.decisions, previous=previous
-                )
-                previous = dict(result.decisions)
-                ready = True
-                print(render_table(world.rows(), virtual_elapsed_s=virtual_now() - wall_start_s), file=out)
-                print(file=out, flush=True)
+
+        def running() -> bool:
+            return not stop.is_set() and (deadline is None or time.monotonic() < deadline)
+
+        while running():
+            await pace.tick(running)
+            if not running():
+                break
+            remaining_s = options.tick_s if deadline is None else min(options.tick_s, deadline - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=options.tick_s)
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, remaining_s))
+        pace.report()
         print("demo: shutting down", file=out, flush=True)
     return 0
+
+
+class _Pace:
+    """Wall time mapped onto the world's virtual clock at `speed`, the world stepped towards it at most
+    `max_step_s` at a time and for at most `busy_fraction` of a tick (DemoOptions): when the machine cannot keep
+    up, the world falls behind the requested pace instead of taking ever longer steps."""
+
+    def __init__(self, world: DemoWorld, options: DemoOptions, out: TextIO, *, start_s: float, step_s: float) -> None:
+        self.world = world
+        self.step_s = step_s
+        self.options = options
+        self.out = out
+        self.start_s = start_s
+        self.world_now_s = start_s
+        """Where the world is: at most `virtual_now()`, behind it when the machine cannot keep up."""
+        self.mono_start_s = time.monotonic()
+        self.telemetry: Telemetry | None = None
+        self.previous: dict[VariantKey, VariantDecision] = {}
+        self.ready = False
+
+    def clock(self) -> float:
+        return self.world_now_s
+
+    def virtual_now(self) -> float:
+        return self.start_s + (time.monotonic() - self.mono_start_s) * self.options.speed
+
+    async def tick(self, running: Callable[[], bool]) -> None:
+        options = self.options
+        tick_end = time.monotonic() + options.tick_s * options.busy_fraction
+        target = self.virtual_now()
+        while self.world_now_s < target and running() and time.monotonic() < tick_end:
+            self.world_now_s = min(target, self.world_now_s + self.step_s)
+            started = time.perf_counter()
+            result = self.world.step_to(self.world_now_s)
+            if result is not None:
+                if self.telemetry is not None:
+                    self.telemetry.record_cycle(
+                        duration_s=time.perf_counter() - started, decisions=result.decisions, previous=self.previous
+                    )
+                self.previous = dict(result.decisions)
+                self.ready = True
+                rows = self.world.rows()
+                print(render_table(rows, virtual_elapsed_s=self.world_now_s - self.start_s), file=self.out)
+                print(file=self.out, flush=True)
+            await asyncio.sleep(0)  # the signal handlers and the servers run between steps
+
+    def report(self) -> None:
+        if self.virtual_now() - self.world_now_s > max(self.step_s, 1.0):
+            achieved = (self.world_now_s - self.start_s) / max(time.monotonic() - self.mono_start_s, 1e-9)
+            print(
+                f"demo: the world ran at {achieved:,.0f}x (asked {self.options.speed:g}x): this machine's pace",
+                file=self.out,
+            )
 
 
 def _print_banner(

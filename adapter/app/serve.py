@@ -13,6 +13,19 @@ Kept current without a restart (`adapter.app.access`, `adapter.app.live`): the f
 names (`kube-system/extension-apiserver-authentication`), the serving certificate files, and the live settings
 of `wva-variantautoscaling-config` (the others are reported as needing a restart). VA status writes go through
 `DecisionEvents`, which records Kubernetes Events when a decision changes.
+
+Shutdown is bounded whatever the apiserver, Prometheus or clients do (issue 19: against an apiserver that
+accepted connections and never answered, `serve` used to exit 57 s after SIGTERM, its REST timeout, beyond
+the Deployment's 30 s grace period):
+
+- a SIGTERM during start-up (waiting on the apiserver for a ConfigMap, say) cancels the start at once;
+- once running, the drain has `SHUTDOWN_BUDGET_S`: the Lease release gets `RELEASE_BUDGET_S` of it (one
+  read and one write; an apiserver that does not answer by then keeps the Lease until it expires, as after a
+  crash), the servers `DRAIN_S` for requests in flight, the watches and the client what is left; whatever
+  is still running at the end of the budget is cancelled;
+- `run` (the process entry) then exits without waiting for worker threads (a Prometheus query blocked in
+  a socket read would otherwise hold the interpreter's exit), and a watchdog ends the process at
+  `HARD_DEADLINE_S` after the signal if the event loop itself is stuck.
 """
 
 from __future__ import annotations
@@ -20,12 +33,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
-from collections.abc import Callable, Coroutine, Mapping
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapter.app.access import build_access, export_access_metrics, follow_certificate, follow_requestheader
+from adapter.app.access import Access, build_access, export_access_metrics, follow_certificate, follow_requestheader
 from adapter.app.live import (
     ConfigReporter,
     LiveSettings,
@@ -34,6 +50,7 @@ from adapter.app.live import (
     follow_main_configmap,
 )
 from adapter.app.signals import stop_on_signals
+from adapter.config.files import MAX_KUBECONFIG_BYTES, MAX_PEM_BYTES, MAX_TOKEN_BYTES, check_file, read_bounded
 from adapter.config.settings import MAIN_CONFIGMAP, Settings
 from adapter.domain.errors import AdapterError, ConfigError, KubeNotFound
 from adapter.k8s.client import KubeClient
@@ -51,11 +68,18 @@ from adapter.replay.recorder import FlightRecorder
 from adapter.servers.external_metrics import build_external_metrics_app, start_https_server
 from adapter.servers.keda import start_keda_server
 from adapter.servers.telemetry import Telemetry, build_telemetry_app, start_http_server
-from adapter.servers.tls import serving_tls
+from adapter.servers.tls import ServingTLS, serving_tls
 from adapter.store import DecisionStore
 
 log = logging.getLogger("wva-adapter")
 SERVICE_NAME = "wva-adapter"
+SHUTDOWN_BUDGET_S = 4.0
+"""From the stop signal to `run_serve` returning (Kubernetes waits terminationGracePeriodSeconds, 30 s)."""
+RELEASE_BUDGET_S = 1.5
+DRAIN_S = 1.0
+"""Requests in flight on the HTTPS, gRPC and telemetry servers get this long to finish."""
+HARD_DEADLINE_S = 4.8
+"""`run` ends the process this long after the signal even if the event loop never returns."""
 
 
 def split_address(address: str, *, what: str) -> tuple[str, int]:
@@ -66,14 +90,32 @@ def split_address(address: str, *, what: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def check_files(settings: Settings) -> None:
+    """Files that libraries open by path (kubernetes, ssl, requests), checked like every file we read ourselves
+    (adapter.config.files): a regular file within its limit, or a ConfigError naming the flag and the file."""
+    pem_files = {
+        "--tls-cert-file": settings.tls_cert_file,
+        "--tls-private-key-file": settings.tls_private_key_file,
+        "--prometheus-ca-file": settings.prometheus_ca_file,
+        "--prometheus-client-cert": settings.prometheus_client_cert,
+        "--prometheus-client-key": settings.prometheus_client_key,
+    }
+    if settings.kubeconfig is not None:
+        check_file(settings.kubeconfig, what="--kubeconfig", max_bytes=MAX_KUBECONFIG_BYTES)
+    for flag, path in pem_files.items():
+        if path is not None:
+            check_file(path, what=flag, max_bytes=MAX_PEM_BYTES)
+
+
 def _token(settings: Settings) -> str | None:
     if settings.prometheus_bearer_token:
         return settings.prometheus_bearer_token
     if settings.prometheus_token_path is not None:
+        data = read_bounded(settings.prometheus_token_path, what="--prometheus-token-path", max_bytes=MAX_TOKEN_BYTES)
         try:
-            return settings.prometheus_token_path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"--prometheus-token-path: cannot read {settings.prometheus_token_path}: {exc}") from None
+            return data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ConfigError(f"--prometheus-token-path {settings.prometheus_token_path}: not UTF-8") from None
     return None
 
 
@@ -95,14 +137,41 @@ async def run_serve(
     stop: asyncio.Event | None = None,
     reload: Callable[[Mapping[str, str]], Settings] | None = None,
     on_started: Callable[[ServeEndpoints], None] | None = None,
+    on_stopping: Callable[[], None] | None = None,
+    shutdown_budget_s: float = SHUTDOWN_BUDGET_S,
 ) -> int:
     """Run until `stop` (or SIGINT/SIGTERM). `reload(data)` re-resolves the settings with the
-    `wva-variantautoscaling-config` ConfigMap as the layer below the config file (flags and env still win)."""
+    `wva-variantautoscaling-config` ConfigMap as the layer below the config file (flags and env still win).
+
+    Returns within `shutdown_budget_s` of `stop` (module docstring); `on_stopping()` is called when the stop
+    is seen (the process entry arms its watchdog there)."""
     stop = stop or asyncio.Event()
     restore_signals = stop_on_signals(stop)
+    running = asyncio.Event()
+    serving = asyncio.create_task(
+        _serve(settings, stop=stop, reload=reload, on_started=on_started, running=running), name="serve"
+    )
+    stopping = asyncio.create_task(stop.wait(), name="serve:stop")
     try:
-        return await _serve(settings, stop=stop, reload=reload, on_started=on_started)
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            return serving.result()
+        if on_stopping is not None:
+            on_stopping()
+        if not running.is_set():  # still starting (e.g. waiting on the apiserver): nothing to drain
+            log.info("stop requested during start-up; cancelling it")
+            serving.cancel()
+        done, _ = await asyncio.wait({serving}, timeout=shutdown_budget_s)
+        if not done:
+            log.error("shutdown did not finish within %g s; cancelling what is left", shutdown_budget_s)
+            serving.cancel()
+            await asyncio.wait({serving}, timeout=0.5)
+            return 1
+        if serving.cancelled():
+            return 0
+        return serving.result()
     finally:
+        stopping.cancel()
         restore_signals()
 
 
@@ -112,7 +181,10 @@ async def _serve(
     stop: asyncio.Event,
     reload: Callable[[Mapping[str, str]], Settings] | None,
     on_started: Callable[[ServeEndpoints], None] | None,
+    running: asyncio.Event,
 ) -> int:
+    check_files(settings)
+    _token(settings)  # refused (not a regular file, too large) before anything waits on the network
     client = await KubeClient.connect(
         kubeconfig=str(settings.kubeconfig) if settings.kubeconfig else None,
         request_timeout_s=settings.rest_client_timeout_s,
@@ -133,7 +205,7 @@ async def _serve(
             ),
         )
         await inventory.start()
-        stack.push_async_callback(inventory.stop)
+        stack.push_async_callback(inventory.stop, timeout_s=0.5)
         elector = _elector(client, settings)
         leadership: Leadership = elector if elector is not None else AlwaysLeader()
         collector = SwitchableMetrics(_collector(settings), close=_close_collector)
@@ -176,37 +248,18 @@ async def _serve(
             directory=None,  # a fresh temp dir per process (/tmp is an emptyDir in the manifests)
         )
         export_access_metrics(telemetry, access, tls.dynamic)
-        https = await start_https_server(
-            build_external_metrics_app(store, authenticator=access.authenticator, authorizer=access.authorizer),
-            host=settings.bind_address,
-            port=settings.secure_port,
-            ssl_context=tls.context,
+        servers: list[Callable[[], Awaitable[None]]] = []
+        stack.push_async_callback(_stop_all, servers)
+        endpoints = await _start_servers(
+            settings, servers, store=store, telemetry=telemetry, reconciler=reconciler, access=access, tls=tls
         )
-        stack.push_async_callback(https.close)
-        grpc_host, grpc_port = split_address(settings.keda_grpc_address, what="--keda-grpc-address")
-        keda = await start_keda_server(store, address=f"{grpc_host}:{grpc_port}")
-        stack.push_async_callback(keda.stop)
-        metrics_host, metrics_port = split_address(settings.metrics_bind_address, what="--metrics-bind-address")
-        metrics = await start_http_server(
-            build_telemetry_app(telemetry.registry, ready=lambda: reconciler.ready, serve_health=False),
-            host=metrics_host,
-            port=metrics_port,
-        )
-        stack.push_async_callback(metrics.stop)
-        health_host, health_port = split_address(settings.health_probe_bind_address, what="--health-probe-bind-address")
-        health = await start_http_server(
-            build_telemetry_app(telemetry.registry, ready=lambda: reconciler.ready, serve_metrics=False),
-            host=health_host,
-            port=health_port,
-        )
-        stack.push_async_callback(health.stop)
         log.info(
-            "serving: external metrics https://%s:%d, KEDA %s:%d, metrics :%d, probes :%d; leader election %s",
-            settings.bind_address, https.port, grpc_host, keda.port, metrics.port, health.port,
-            "on" if elector else "off",
+            "serving: external metrics https://%s:%d, KEDA :%d, metrics :%d, probes :%d; leader election %s",
+            settings.bind_address, endpoints.https_port, endpoints.grpc_port, endpoints.metrics_port,
+            endpoints.health_port, "on" if elector else "off",
         )  # fmt: skip
         if on_started is not None:
-            on_started(ServeEndpoints(https.port, keda.port, metrics.port, health.port, store, reconciler))
+            on_started(endpoints)
         tasks: list[Coroutine[Any, Any, None]] = [
             reconciler.run(stop),
             _follow_status(inventory, reconciler, stop),
@@ -220,8 +273,58 @@ async def _serve(
             tasks.append(follow_main_configmap(client, settings.controller_namespace, live, reporter))
         if elector is not None:
             tasks.append(elector.run())
+        running.set()
         return await _supervise(tasks, stop)
     return 0
+
+
+async def _start_servers(
+    settings: Settings,
+    servers: list[Callable[[], Awaitable[None]]],
+    *,
+    store: DecisionStore,
+    telemetry: Telemetry,
+    reconciler: Reconciler,
+    access: Access,
+    tls: ServingTLS,
+) -> ServeEndpoints:
+    """The HTTPS, gRPC, metrics and probe servers; each one's stop is appended to `servers` as soon as it runs
+    (the caller stops them all at once, each draining at most DRAIN_S)."""
+    https = await start_https_server(
+        build_external_metrics_app(store, authenticator=access.authenticator, authorizer=access.authorizer),
+        host=settings.bind_address,
+        port=settings.secure_port,
+        ssl_context=tls.context,
+        shutdown_timeout_s=DRAIN_S,
+    )
+    servers.append(https.close)
+    grpc_host, grpc_port = split_address(settings.keda_grpc_address, what="--keda-grpc-address")
+    keda = await start_keda_server(store, address=f"{grpc_host}:{grpc_port}")
+    servers.append(lambda: keda.stop(DRAIN_S))
+    ports = []
+    for address, flag, kind in (
+        (settings.metrics_bind_address, "--metrics-bind-address", "metrics"),
+        (settings.health_probe_bind_address, "--health-probe-bind-address", "health"),
+    ):
+        host, port = split_address(address, what=flag)
+        app = build_telemetry_app(
+            telemetry.registry,
+            ready=lambda: reconciler.ready,
+            serve_health=kind == "health",
+            serve_metrics=kind == "metrics",
+        )
+        server = await start_http_server(app, host=host, port=port, shutdown_timeout_s=DRAIN_S)
+        servers.append(server.stop)
+        ports.append(server.port)
+    return ServeEndpoints(https.port, keda.port, ports[0], ports[1], store, reconciler)
+
+
+async def _stop_all(servers: list[Callable[[], Awaitable[None]]]) -> None:
+    """Stop every server at once, so their drains (each at most DRAIN_S) overlap instead of adding up."""
+    results = await asyncio.gather(*(stop() for stop in servers), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            log.error("a server did not stop cleanly: %r", result)
 
 
 def _elector(client: KubeClient, settings: Settings) -> LeaderElector | None:
@@ -236,6 +339,7 @@ def _elector(client: KubeClient, settings: Settings) -> LeaderElector | None:
             lease_duration_s=settings.leader_election_lease_duration_s,
             renew_deadline_s=settings.leader_election_renew_deadline_s,
             retry_period_s=settings.leader_election_retry_period_s,
+            release_timeout_s=RELEASE_BUDGET_S,
         ),
     )
 
@@ -338,12 +442,51 @@ async def _supervise(coroutines: list[Coroutine[Any, Any, None]], stop: asyncio.
 
 
 def run(settings: Settings, *, reload: Callable[[Mapping[str, str]], Settings] | None = None) -> int:
+    """The process entry of `serve`: run, then exit without waiting for worker threads (module docstring)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    watchdog = _Watchdog(HARD_DEADLINE_S)
     try:
-        return asyncio.run(run_serve(settings, reload=reload))
+        code = asyncio.run(run_serve(settings, reload=reload, on_stopping=watchdog.arm))
     except AdapterError as exc:
         log.error("%s", exc)
-        return 2
+        code = 2
+    watchdog.disarm()
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        # e.g. a Prometheus query blocked in a socket read: the interpreter would join that thread at exit
+        log.info("exiting without waiting for %d worker thread(s)", threading.active_count() - 1)
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+class _Watchdog:
+    """Ends the process `deadline_s` after `arm()` unless `disarm()` came first: the last resort when the
+    event loop itself cannot finish (a callback that never returns, an executor that never drains)."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline_s = deadline_s
+        self._timer: threading.Timer | None = None
+
+    def arm(self) -> None:
+        if self._timer is None:
+            self._timer = threading.Timer(self.deadline_s, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _fire(self) -> None:
+        log.error("shutdown did not finish within %g s of the stop signal; exiting now", self.deadline_s)
+        _exit_now(1)
 
 
 def _recorder(settings: Settings, telemetry: Telemetry) -> FlightRecorder | None:

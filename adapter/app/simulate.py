@@ -112,13 +112,17 @@ def main(
     out_dir: Path | None,
     seed: int | None,
     frontier: bool = True,
+    max_requests: int | None = None,
     stdout: TextIO = sys.stdout,
 ) -> int:
-    """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2).
-    With `frontier` the summary carries `oracle99_cost` (a schedule search; static fleets are not searched
-    here, `make bench-sim` does)."""
+    """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2),
+    also before anything runs when the scenario would generate more requests than `max_requests` per run
+    (default `adapter.sim.scenario.MAX_REQUESTS`). With `frontier` the summary carries `oracle99_cost` (a
+    schedule search of up to 15 more runs, each stopped as soon as it cannot reach the target; static fleets
+    are not searched here, `make bench-sim` does)."""
     plot = plotter() if out_dir is not None else None  # before minutes of simulation, not after
     scenario = scenario_module.load(scenario_path)
+    scenario_module.check_work(scenario, max_requests=max_requests)
     run_seed = scenario.seed if seed is None else seed
     parse_policy(policy or scenario.policy)  # an unknown policy fails before the frontier's runs
     options = None

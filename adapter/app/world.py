@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from adapter import engine
 from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
+from adapter.config.files import MAX_MANIFEST_BYTES, read_bounded
+from adapter.config.safeload import load_yaml_all
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.decision import CycleResult
 from adapter.domain.errors import ConfigError
@@ -65,10 +65,12 @@ class Row:
 
 
 def load_vas(directory: Path) -> list[VariantAutoscaling]:
-    """Every VariantAutoscaling in `va-*.yaml` files of `directory`; errors name the file."""
+    """Every VariantAutoscaling in `va-*.yaml` files of `directory` (bounded reads, adapter.config.files); errors
+    name the file."""
     vas = []
     for path in sorted(directory.glob("va-*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        data = read_bounded(path, what="", max_bytes=MAX_MANIFEST_BYTES)
+        for doc in load_yaml_all(data, what=str(path), max_bytes=MAX_MANIFEST_BYTES):
             if isinstance(doc, dict) and doc.get("kind") == "VariantAutoscaling":
                 vas.append(parse_va(doc, source=str(path)))
     if not vas:

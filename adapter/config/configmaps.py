@@ -28,6 +28,7 @@ from adapter.config.errors import describe
 from adapter.config.safeload import InputError, load_yaml
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.ids import ModelKey
+from adapter.domain.text import plain
 from adapter.domain.timefmt import format_duration_short, parse_duration_s
 
 SATURATION_CM = "wva-saturation-scaling-config"
@@ -273,7 +274,7 @@ def parse_configmap(*, namespace: str, name: str, data: Mapping[str, Any]) -> Pa
     entries: dict[str, _Entry] = {}
     errors: list[str] = []
     for key in sorted(data):
-        source = f"ConfigMap {namespace}/{name}[{key}]"
+        source = f"ConfigMap {plain(namespace, 63)}/{plain(name, 253)}[{plain(str(key), 80)}]"
         text = data[key]
         if not isinstance(text, str):
             errors.append(f"{source}: value must be a YAML string, got {type(text).__name__}")

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from adapter.config.safeload import excerpt
+from adapter.domain.text import plain
 
 MAX_MSG_CHARS = 200
 MAX_MESSAGES = 10
@@ -16,7 +17,8 @@ MAX_MESSAGES = 10
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        text = plain(str(part), 80)
+        out += f"[{part}]" if isinstance(part, int) else (f".{text}" if out else text)
     return out
 
 
@@ -31,7 +33,7 @@ def describe(exc: ValidationError, *, source: str) -> list[str]:
         loc = loc if len(loc) <= MAX_MSG_CHARS else loc[:MAX_MSG_CHARS] + "…"
         where = f"{source}.{loc}" if loc else source
         value: Any = err.get("input")
-        msg = str(err.get("msg", "invalid"))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         msg = msg if len(msg) <= MAX_MSG_CHARS else msg[:MAX_MSG_CHARS] + "…"
         if err.get("type") == "extra_forbidden":
             messages.append(f"{where}: unknown field (value {excerpt(value)})")

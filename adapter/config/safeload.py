@@ -26,6 +26,26 @@ from typing import Any
 import yaml
 
 from adapter.domain.errors import ConfigError
+from adapter.domain.text import EXCERPT_CHARS, excerpt, quote
+
+__all__ = [
+    "EXCERPT_CHARS",
+    "MAX_ALIASES",
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_EXPANDED_NODES",
+    "MAX_FILE_BYTES",
+    "MAX_STREAM_VALUES",
+    "InputError",
+    "decode",
+    "excerpt",
+    "load_json",
+    "load_yaml",
+    "load_yaml_all",
+    "quote",
+    "rejection_reason",
+    "size_text",
+]
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 """A ConfigMap entry, a VA manifest: far above any real one; etcd's whole-object limit is 1.5 MB."""
@@ -33,40 +53,24 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 """A file given on the command line (manifests, fixtures, scenarios)."""
 MAX_DEPTH = 64
 MAX_ALIASES = 256
+"""Aliases per YAML document."""
 MAX_EXPANDED_NODES = 100_000
-"""Values a document may hold once its aliases are expanded; a real ConfigMap entry has a few dozen."""
+"""Values one YAML document may hold once its aliases are expanded; a real ConfigMap entry has a few dozen, a VA
+manifest about twenty."""
+MAX_STREAM_VALUES = 2_000_000
+"""Values a whole multi-document stream may hold (aliases expanded): the per-document budget alone would let a
+16 MB file of small alias bombs construct 10^10 values. 1,500 VA documents hold about 30,000."""
 _LOADER = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
-EXCERPT_CHARS = 60
 
 
 class InputError(ConfigError):
     """A document that could not be parsed; the message is bounded and names no more than an excerpt."""
 
 
-def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
-    """`repr(value)` cut to `limit` characters (with the full length said), safe for any value.
-
-    >>> excerpt("x" * 1000)
-    "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (1002 chars)"
-    """
-    try:
-        text = repr(value) if not isinstance(value, list | dict | tuple | set) else _shallow(value)
-    except Exception as exc:  # a hostile __repr__ must not escape
-        text = f"<unprintable {type(value).__name__}: {type(exc).__name__}>"
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text)} chars)"
-
-
-def _shallow(value: Any) -> str:
-    """A container described without walking it (a shared-reference bomb is cheap to hold, costly to print)."""
-    return f"<{type(value).__name__} of {len(value)} items>"
-
-
 def decode(data: bytes | str, *, what: str, max_bytes: int) -> str:
     size = len(data.encode("utf-8", errors="surrogatepass")) if isinstance(data, str) else len(data)
     if size > max_bytes:
-        raise InputError(f"{what} is {_size(size)}; the limit is {_size(max_bytes)}")
+        raise InputError(f"{what} is {size_text(size)}; the limit is {size_text(max_bytes)}")
     if isinstance(data, str):
         try:
             data.encode("utf-8")
@@ -79,7 +83,10 @@ def decode(data: bytes | str, *, what: str, max_bytes: int) -> str:
         raise InputError(f"{what} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """Bytes for a person: 1.0 GB, 16.0 MB, 256 KB, 17 bytes."""
+    if n >= 1024 * 1024 * 1024:
+        return f"{n / (1024 * 1024 * 1024):.1f} GB"
     if n >= 1024 * 1024:
         return f"{n / (1024 * 1024):.1f} MB"
     if n >= 1024:
@@ -88,24 +95,40 @@ def _size(n: int) -> str:
 
 
 def _check_shape(text: str, *, what: str, max_depth: int, max_aliases: int) -> None:
-    """Walk the event stream (no recursion, nothing constructed): nesting depth, alias count, and the number of
-    nodes the document would have once every alias is expanded (what an alias bomb multiplies)."""
+    """Walk the event stream (no recursion, nothing constructed): per document, the nesting depth, the alias count
+    and the number of values it would have once every alias is expanded (what an alias bomb multiplies); over
+    the whole stream, the total of those values (`MAX_STREAM_VALUES`). Anchors are per document in YAML, and
+    so are the budgets: a file of 1,500 ordinary VA manifests is not an alias bomb."""
     stack: list[tuple[str | None, int]] = []
     anchors: dict[str, int] = {}
-    aliases = expanded = 0
+    aliases = expanded = total = 0
+    document = 0
+
+    def where() -> str:
+        return f"{what} (document {document})" if document > 1 else what
 
     def add(size: int) -> None:
-        nonlocal expanded
+        nonlocal expanded, total
         expanded += size
+        total += size
         if expanded > MAX_EXPANDED_NODES:
-            raise InputError(f"{what} expands to more than {MAX_EXPANDED_NODES:,} values (YAML aliases)")
+            raise InputError(f"{where()} expands to more than {MAX_EXPANDED_NODES:,} values (YAML aliases)")
+        if total > MAX_STREAM_VALUES:
+            raise InputError(
+                f"{what} holds more than {MAX_STREAM_VALUES:,} values (all documents, aliases expanded); the limit "
+                f"is {MAX_STREAM_VALUES:,}"
+            )
         if stack:
             anchor, count = stack[-1]
             stack[-1] = (anchor, count + size)
 
     try:
         for event in yaml.parse(text, Loader=_LOADER):
-            if isinstance(event, yaml.CollectionStartEvent):
+            if isinstance(event, yaml.DocumentStartEvent):
+                document += 1
+                anchors.clear()
+                aliases = expanded = 0
+            elif isinstance(event, yaml.CollectionStartEvent):
                 if len(stack) >= max_depth:
                     line = event.start_mark.line + 1 if event.start_mark else "?"
                     raise InputError(f"{what} nests deeper than {max_depth} levels (line {line})")
@@ -122,7 +145,7 @@ def _check_shape(text: str, *, what: str, max_depth: int, max_aliases: int) -> N
             elif isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > max_aliases:
-                    raise InputError(f"{what} uses more than {max_aliases} YAML aliases")
+                    raise InputError(f"{where()} uses more than {max_aliases} YAML aliases")
                 add(anchors.get(event.anchor or "", 1))
     except InputError:
         raise

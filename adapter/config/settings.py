@@ -21,11 +21,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE
-from adapter.config.safeload import load_yaml
+from adapter.config.files import MAX_CONFIG_FILE_BYTES, read_bounded
+from adapter.config.names import LABEL_RULE, DnsLabel, DnsSubdomain, is_dns1123_label
+from adapter.config.safeload import excerpt, load_yaml
 from adapter.domain.errors import ConfigError
 from adapter.domain.timefmt import parse_duration_s
 
 MAIN_CONFIGMAP = "wva-variantautoscaling-config"
+HOUR_S = 3600.0
+DAY_S = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +154,7 @@ def field_of_key(key: str) -> str | None:
 class Settings(BaseModel):
     """Validated process settings. Every field documents its default and unit."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     config_file: Path | None = None
     kubeconfig: Path | None = None
     prometheus_url: str | None = None
@@ -160,8 +164,8 @@ class Settings(BaseModel):
     prometheus_client_cert: Path | None = None
     prometheus_client_key: Path | None = None
     prometheus_insecure_skip_verify: bool = False
-    prometheus_timeout_s: float = Field(default=10.0, gt=0)
-    saturation_window_s: float = Field(default=60.0, gt=0)
+    prometheus_timeout_s: float = Field(default=10.0, gt=0, le=HOUR_S)
+    saturation_window_s: float = Field(default=60.0, gt=0, le=DAY_S)
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
     secure_port: int = Field(default=6443, ge=0, le=65535)
@@ -170,16 +174,17 @@ class Settings(BaseModel):
     tls_cert_file: Path | None = None
     tls_private_key_file: Path | None = None
     leader_elect: bool = False
-    leader_election_id: str = "72dd1cf1.llm-d.ai"
-    leader_election_lease_duration_s: float = Field(default=60.0, gt=0)
-    leader_election_renew_deadline_s: float = Field(default=50.0, gt=0)
-    leader_election_retry_period_s: float = Field(default=10.0, gt=0)
-    rest_client_timeout_s: float = Field(default=60.0, gt=0)
+    leader_election_id: DnsSubdomain = "72dd1cf1.llm-d.ai"
+    leader_election_lease_duration_s: float = Field(default=60.0, gt=0, le=HOUR_S)
+    leader_election_renew_deadline_s: float = Field(default=50.0, gt=0, le=HOUR_S)
+    leader_election_retry_period_s: float = Field(default=10.0, gt=0, le=HOUR_S)
+    rest_client_timeout_s: float = Field(default=60.0, gt=0, le=HOUR_S)
     watch_namespace: str = ""
-    controller_namespace: str = DEFAULT_CONTROLLER_NAMESPACE
-    engine_interval_s: float = Field(default=30.0, gt=0)
+    """One namespace (a DNS-1123 label), or "" for all."""
+    controller_namespace: DnsLabel = DEFAULT_CONTROLLER_NAMESPACE
+    engine_interval_s: float = Field(default=30.0, gt=0, le=DAY_S)
     scale_to_zero: bool = False
-    scale_from_zero_interval_s: float = Field(default=0.1, gt=0)
+    scale_from_zero_interval_s: float = Field(default=0.1, gt=0, le=HOUR_S)
     epp_bearer_token: str | None = None
     authentication_skip_lookup: bool = False
     authentication_token_webhook_cache_ttl_s: float = Field(default=10.0, ge=0, le=3600)
@@ -194,6 +199,13 @@ class Settings(BaseModel):
     record_dir: Path | None = None
     """Off by default: the leader writes each cycle as a wva-replay/v1 fixture into this directory (a ring)."""
     record_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, le=1 << 40)
+
+    @field_validator("watch_namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if value and not is_dns1123_label(value):
+            raise ValueError(LABEL_RULE)
+        return value
 
     @field_validator("prometheus_url")
     @classmethod
@@ -245,14 +257,12 @@ def _convert(knob: _Knob, raw: Any, source: str) -> Any:
             return int(raw)
         return str(raw)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{source}: {raw!r} — {exc}") from None
+        raise ConfigError(f"{source}: {excerpt(raw)} — {exc}") from None
 
 
 def _file_layer(path: Path, label: str) -> dict[str, tuple[Any, str]]:
-    try:
-        doc = load_yaml(path.read_bytes(), what=f"{label} {path}")
-    except OSError as exc:
-        raise ConfigError(f"{label}: cannot read {path}: {exc.strerror}") from None
+    data = read_bounded(path, what=label, max_bytes=MAX_CONFIG_FILE_BYTES)
+    doc = load_yaml(data, what=f"{label} {path}", max_bytes=MAX_CONFIG_FILE_BYTES)
     if doc is None:
         return {}
     if not isinstance(doc, Mapping):
@@ -265,7 +275,7 @@ def _mapping_layer(doc: Mapping[str, Any], label: str) -> dict[str, tuple[Any, s
     for key, raw in doc.items():
         knob = _BY_FILE_KEY.get(str(key))
         if knob is None:
-            raise ConfigError(f"{label}: unknown setting {key!r}; expected a flag name such as 'prometheus-url'")
+            raise ConfigError(f"{label}: unknown setting {excerpt(key)}; expected a flag name such as 'prometheus-url'")
         source = f"{label} key {key}"
         out[knob.field] = (_convert(knob, raw, source), source)
     return out
@@ -313,7 +323,8 @@ def load(
             name = str(loc[0]) if loc else ""
             where = origin.get(name) or (f"setting {_BY_FIELD[name].flag}" if name in _BY_FIELD else "settings")
             value = err.get("input") if loc else ""
-            messages.append(f"{where}: {value!r} — {err.get('msg')}" if loc else f"{where}: {err.get('msg')}")
+            msg = str(err.get("msg")).removeprefix("Value error, ")
+            messages.append(f"{where}: {excerpt(value)} — {msg}" if loc else f"{where}: {msg}")
         raise ConfigError("; ".join(messages)) from None
     return settings, origin
 

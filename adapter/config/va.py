@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from adapter.config.errors import describe
+from adapter.config.names import INT32_MAX, ApiVersion, DnsLabel, DnsSubdomain, FreeText, Labels
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import (
@@ -33,6 +34,7 @@ from adapter.domain.snapshot import (
     VariantSpec,
     VariantStatus,
 )
+from adapter.domain.text import plain
 from adapter.domain.timefmt import format_rfc3339, parse_rfc3339_s
 
 GROUP = "llmd.ai"
@@ -42,6 +44,9 @@ PLURAL = "variantautoscalings"
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 SCALE_TARGET_KINDS = ("Deployment", "StatefulSet", "LeaderWorkerSet")
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?", re.ASCII)
+MAX_VARIANT_COST = 1_000_000.0
+"""Per replica-hour. The CRD only asks for a decimal string; a cost of 1e53 would make the exact optimizer's
+coefficients meaningless (HiGHS treats 1e20 as infinite), so we bound it, like the simulator's scenarios do."""
 
 
 class _Strict(BaseModel):
@@ -50,24 +55,32 @@ class _Strict(BaseModel):
 
 class ScaleTargetRef(_Strict):
     kind: Literal["Deployment", "StatefulSet", "LeaderWorkerSet"]
-    name: str = Field(min_length=1)
-    api_version: str = Field(default="apps/v1", alias="apiVersion")
+    name: DnsSubdomain = Field(min_length=1)
+    api_version: ApiVersion = Field(default="apps/v1", alias="apiVersion")
 
 
 class VASpec(_Strict):
+    """The CRD's spec, with what Kubernetes would enforce on top (adapter.config.names): int32 replica bounds,
+    object names, and ours on free text (no control characters) and on the cost (a bounded decimal)."""
+
     scale_target_ref: ScaleTargetRef = Field(alias="scaleTargetRef")
-    model_id: str = Field(alias="modelID", min_length=1)
-    min_replicas: StrictInt = Field(default=1, ge=0, alias="minReplicas")
-    max_replicas: StrictInt = Field(default=2, ge=1, alias="maxReplicas")
+    model_id: FreeText = Field(alias="modelID", min_length=1)
+    min_replicas: StrictInt = Field(default=1, ge=0, le=INT32_MAX, alias="minReplicas")
+    max_replicas: StrictInt = Field(default=2, ge=1, le=INT32_MAX, alias="maxReplicas")
     variant_cost: StrictStr = Field(default="10.0", alias="variantCost")
-    variant_id: str | None = Field(default=None, alias="variantID")
+    variant_id: FreeText | None = Field(default=None, alias="variantID")
     """Accepted for compatibility with seed 002's examples; not used for decisions."""
 
     @field_validator("variant_cost")
     @classmethod
     def _cost_is_decimal(cls, value: str) -> str:
-        if not _DECIMAL.fullmatch(value):
-            raise ValueError('must be a non-negative decimal string such as "5.0" (pattern ^[0-9]+(\\.[0-9]+)?$)')
+        if len(value) > 32 or not _DECIMAL.fullmatch(value):
+            raise ValueError(
+                'must be a non-negative decimal string of at most 32 characters such as "5.0" '
+                "(pattern ^[0-9]+(\\.[0-9]+)?$)"
+            )
+        if float(value) > MAX_VARIANT_COST:
+            raise ValueError(f"must be at most {MAX_VARIANT_COST:,.0f} (per replica-hour)")
         return value
 
     @model_validator(mode="after")
@@ -81,9 +94,9 @@ class VASpec(_Strict):
 
 class VAMetadata(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
-    name: str = Field(min_length=1)
-    namespace: str = Field(default="default", min_length=1)
-    labels: dict[str, str] = Field(default_factory=dict)
+    name: DnsSubdomain = Field(min_length=1)
+    namespace: DnsLabel = Field(default="default", min_length=1)
+    labels: Labels = Field(default_factory=dict)
     resource_version: str | None = Field(default=None, alias="resourceVersion")
     deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
 
@@ -126,7 +139,7 @@ def parse_va(obj: Mapping[str, Any], *, source: str = "VariantAutoscaling") -> V
         return VariantAutoscaling.model_validate(obj)
     except ValidationError as exc:
         name = obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
-        label = f"{source} {name}" if name else source
+        label = f"{source} {plain(name, 80)}" if isinstance(name, str) and name else source
         messages = describe(exc, source=label)
         spec = obj.get("spec")
         if isinstance(spec, Mapping):

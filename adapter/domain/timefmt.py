@@ -6,7 +6,11 @@ import math
 import re
 from datetime import UTC, datetime
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)")
+from adapter.domain.text import quote
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)", re.ASCII)
+MAX_DURATION_S = (2**63 - 1) / 1e9
+"""Go's time.Duration is int64 nanoseconds (about 292 years); a longer duration is an error there and here."""
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -29,7 +33,9 @@ def parse_duration_s(text: str) -> float:
         total += float(match.group(1)) * _UNIT_S[match.group(2)]
         pos = match.end()
     if pos != len(text) or pos == 0:
-        raise ValueError(f"{text!r} is not a duration such as '30s', '10m' or '1h30m'")
+        raise ValueError(f"{quote(text, 40)} is not a duration such as '30s', '10m' or '1h30m'")
+    if not total <= MAX_DURATION_S:  # also NaN/inf from a digit string too long for a float
+        raise ValueError(f"{quote(text, 40)} is longer than a Go duration can be (about 292 years)")
     return total
 
 

@@ -69,6 +69,9 @@ class LeaderElectionOptions:
     retry_period_s: float = 10.0
     jitter: float = 0.2
     """A candidate waits retry_period · (1 + jitter · U[0,1)) between attempts (replicas do not align)."""
+    release_timeout_s: float | None = None
+    """How long `run()` may spend releasing the lease when it is cancelled (None: one retry period). `serve`
+    bounds it so that shutdown stays within its budget whatever the apiserver does."""
 
     def __post_init__(self) -> None:
         # client-go's checks: the leader must stop before anyone else may start, and retry within the deadline.
@@ -147,9 +150,13 @@ class LeaderElector:
                 await self._sleep(delay_s)
         finally:
             if self._leader:
+                budget_s = self.options.release_timeout_s or self.options.retry_period_s
+                released = False
                 with contextlib.suppress(TimeoutError, KubeError):
-                    async with asyncio.timeout(self.options.retry_period_s):
-                        await self.release()
+                    async with asyncio.timeout(budget_s):
+                        released = await self.release()
+                if not released:
+                    log.warning("the lease was not released within %g s; it expires on its own", budget_s)
 
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; returns whether we lead afterwards. Never raises a KubeError."""

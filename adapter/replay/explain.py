@@ -8,11 +8,12 @@ fired with its numbers (the reason) and the final count within its bounds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from adapter.domain.ids import VariantKey
 from adapter.domain.latency import ModelLatency
+from adapter.domain.text import excerpt, plain
 from adapter.replay import fixture as fx
 from adapter.replay import runner
 
@@ -33,16 +34,29 @@ _FIGURES = (
 
 
 def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None = None) -> str:
-    result = runner.run(fixture, list(vas))
+    return "".join(f"{line}\n" for line in explain_lines(fixture, vas, only=only))
+
+
+def explain_lines(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None = None) -> Iterator[str]:
+    """The account line by line, each cycle told as soon as it is replayed (the CLI prints as it goes, so a
+    long fixture never sits in memory as a whole)."""
     specs = {va.key: va.to_spec() for va in vas}
-    lines: list[str] = [f"{fixture.name or '(unnamed fixture)'}"]
+    yield f"{plain(fixture.name, 200) if fixture.name else '(unnamed fixture)'}"
+    problems = fx.configmap_problems(fixture)
+    if problems:
+        yield "Configuration problems (each invalid entry is dropped; the rest of its ConfigMap applies):"
+        yield from (f"  ! {problem}" for problem in problems)
     targets: dict[tuple[str, str], fx.FixtureScaleTarget] = {}
     traffic: dict[str, fx.FixtureModel] = {}
-    for index, (cycle, out) in enumerate(zip(fixture.cycles, result["cycles"], strict=True)):
-        lines.append("")
+    passed = True
+    replayed = runner.cycles(fixture, list(vas))
+    for index, (cycle, out) in enumerate(zip(fixture.cycles, replayed, strict=True)):
+        lines: list[str] = [""]
+        passed = passed and not out["mismatches"]
         if cycle.kind == "scale-from-zero":
             lines.append(f"Cycle {index + 1} at {out['now']} — scale-from-zero poll (EPP queues of idle models)")
             lines.extend(_wake_lines(cycle, out, only))
+            yield from lines
             continue
         lines.append(f"Cycle {index + 1} at {out['now']} — Prometheus {cycle.prometheus}")
         pods_by_variant: dict[str, list[fx.FixturePod]] = {}
@@ -53,48 +67,71 @@ def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None 
         if cycle.models is not None:
             traffic = {f"{m.namespace}/{m.model_id}": m for m in cycle.models}
         for model_key, model in out["models"].items():
-            keys = [k for k, spec in specs.items() if f"{k.namespace}/{spec.model_id}" == model_key]
-            if only is not None and only not in keys:
-                continue
-            lines.append(f"  Model {model_key} — analyzer {model['analyzer']}")
-            lines.append("    Inputs:")
-            for key in sorted(keys):
-                spec = specs[key]
-                target = targets.get((key.namespace, spec.target_name))
-                where = (
-                    f"replicas {target.replicas} (ready {target.ready_replicas})"
-                    if target
-                    else "scale target not found"
-                )
-                bounds = f"bounds [{spec.min_replicas}, {spec.max_replicas}]"
-                pods = _pod_summary(pods_by_variant.get(str(key), []))
-                startup = _startup_summary(target.startup_s if target else None)
-                lines.append(f"      {key.name}: {where}, cost {spec.cost:g}/h, {bounds}{pods}{startup}")
-            recorded = traffic.get(model_key)
-            if recorded is not None and recorded.latency is not None:
-                lines.append(_latency_line(fx.model_latency(recorded.latency), model["analysis"]))
-            lines.extend(_analysis_lines(model["analysis"]))
-            lines.append("    Decisions:")
-            for key in sorted(keys):
-                if only is not None and key != only:
-                    continue
-                d = out["decisions"].get(str(key))
-                if d is None:
-                    continue
-                move = f"{d['current_replicas']} → {d['desired_replicas']}"
-                lines.append(f"      {key.name}: {move}  [{d['path']}]  {d['reason']}")
-                for note in d.get("notes", []):
-                    lines.append(f"        note: {note}")
+            told = _model_lines(
+                model_key,
+                model,
+                out,
+                specs=specs,
+                targets=targets,
+                pods_by_variant=pods_by_variant,
+                recorded=traffic.get(model_key),
+                only=only,
+            )
+            if not told:
+                continue  # another model than the one asked about
+            lines.extend(told)
             for mismatch in out["mismatches"]:
                 lines.append(
-                    f"    ! recorded {mismatch['field']} {mismatch['expected']!r}, replayed {mismatch['actual']!r}"
+                    f"    ! recorded {mismatch['field']} {excerpt(mismatch['expected'], 200)}, "
+                    f"replayed {excerpt(mismatch['actual'], 200)}"
                 )
-    verdict = (
-        "the replay reproduces the recorded decisions" if result["passed"] else "the replay DIFFERS from the record"
-    )
-    lines.append("")
-    lines.append(f"Replay check: {verdict}.")
-    return "\n".join(lines) + "\n"
+        yield from lines
+    verdict = "the replay reproduces the recorded decisions" if passed else "the replay DIFFERS from the record"
+    yield ""
+    yield f"Replay check: {verdict}."
+
+
+def _model_lines(
+    model_key: str,
+    model: Mapping[str, Any],
+    out: Mapping[str, Any],
+    *,
+    specs: Mapping[VariantKey, Any],
+    targets: Mapping[tuple[str, str], fx.FixtureScaleTarget],
+    pods_by_variant: Mapping[str, list[fx.FixturePod]],
+    recorded: fx.FixtureModel | None,
+    only: VariantKey | None,
+) -> list[str]:
+    """One model of one cycle: its inputs, the analyzer's figures and the decisions."""
+    lines: list[str] = []
+    keys = [k for k, spec in specs.items() if f"{k.namespace}/{spec.model_id}" == model_key]
+    if only is not None and only not in keys:
+        return lines
+    lines.append(f"  Model {model_key} — analyzer {model['analyzer']}")
+    lines.append("    Inputs:")
+    for key in sorted(keys):
+        spec = specs[key]
+        target = targets.get((key.namespace, spec.target_name))
+        where = f"replicas {target.replicas} (ready {target.ready_replicas})" if target else "scale target not found"
+        bounds = f"bounds [{spec.min_replicas}, {spec.max_replicas}]"
+        pods = _pod_summary(pods_by_variant.get(str(key), []))
+        startup = _startup_summary(target.startup_s if target else None)
+        lines.append(f"      {key.name}: {where}, cost {spec.cost:g}/h, {bounds}{pods}{startup}")
+    if recorded is not None and recorded.latency is not None:
+        lines.append(_latency_line(fx.model_latency(recorded.latency), model["analysis"]))
+    lines.extend(_analysis_lines(model["analysis"]))
+    lines.append("    Decisions:")
+    for key in sorted(keys):
+        if only is not None and key != only:
+            continue
+        d = out["decisions"].get(str(key))
+        if d is None:
+            continue
+        move = f"{d['current_replicas']} → {d['desired_replicas']}"
+        lines.append(f"      {key.name}: {move}  [{d['path']}]  {d['reason']}")
+        for note in d.get("notes", []):
+            lines.append(f"        note: {note}")
+    return lines
 
 
 def _wake_lines(cycle: fx.FixtureCycle, out: Mapping[str, Any], only: VariantKey | None) -> list[str]:

@@ -7,27 +7,62 @@ as `$.cycles[0].pods[2].metrics.kv_cache_usage: -0.1 — must be >= 0`, never as
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator, model_validator
 
 from adapter.config import podtemplate
-from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE
+from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, KNOWN_CONFIGMAPS, ConfigSet
+from adapter.config.files import MAX_FIXTURE_BYTES, read_bounded
+from adapter.config.names import (
+    INT32_MAX,
+    DnsLabel,
+    DnsSubdomain,
+    FreeText,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+)
 from adapter.config.safeload import InputError, load_json
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import FixtureError, ManifestError
 from adapter.domain.ids import ModelKey
 from adapter.domain.latency import LatencyHistogram, ModelLatency
 from adapter.domain.snapshot import ModelTraffic, NodeGpus, PodMetrics, ScaleTarget
+from adapter.domain.text import excerpt, quote
 from adapter.domain.timefmt import parse_rfc3339_s
 
 SCHEMA = "wva-replay/v1"
 
 
+MAX_VARIANT_AUTOSCALINGS = 5_000
+"""VAs per fixture. A fixture is bounded by what it asks the engine to do, not by its bytes alone: 16 MB of JSON
+held 20,000 VAs of one model, which took 62 s and 15 GB on main (2,000: 1.5 s, 262 MB)."""
+MAX_VARIANTS_PER_MODEL = 100
+"""VAs sharing one (namespace, modelID). The engine's work per model, and the notes each decision of the model
+carries (one per variant of the model), grow with the square of this number; a real model has a handful of
+variants. Upstream has no such bound."""
+MAX_CYCLES = 2_000
+MAX_DECISIONS = 50_000
+"""VAs × cycles: the per-variant decisions a replay makes and prints (each cycle decides every VA); about
+0.3 ms and 5 KB of result each."""
+MAX_VARIANT_PAIRS = 1_000_000
+"""Σ over cycles and models of (variants of the model)²: the quadratic part of the work and of the output
+(at 500 variants of one model, 20 cycles printed 212 MB of notes)."""
+MAX_ITEMS_PER_CYCLE = 50_000
+"""Scale targets, pods, models or nodes in one cycle."""
+MAX_CONFIGMAPS = 256
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    """Strict (no bool for a number, no "3" for an int), unknown fields refused, no NaN or infinities."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
+
+
+Replicas = Annotated[int, Field(ge=0, le=INT32_MAX)]
 
 
 def _finite_non_negative(value: float | None) -> float | None:
@@ -37,29 +72,37 @@ def _finite_non_negative(value: float | None) -> float | None:
 
 
 class FixtureConfigMap(_Model):
-    namespace: str = Field(min_length=1)
-    name: str = Field(min_length=1)
+    namespace: DnsLabel
+    name: DnsSubdomain
     data: dict[str, str] = Field(default_factory=dict)
 
 
 class FixtureScaleTarget(_Model):
     kind: Literal["Deployment", "StatefulSet", "LeaderWorkerSet"] = "Deployment"
-    namespace: str = Field(min_length=1)
-    name: str = Field(min_length=1)
-    replicas: int = Field(ge=0)
-    ready_replicas: int = Field(ge=0)
-    spec_replicas: int | None = Field(default=None, ge=0)
+    namespace: DnsLabel
+    name: DnsSubdomain
+    replicas: Replicas
+    ready_replicas: Replicas
+    spec_replicas: Replicas | None = None
     pod_template: dict[str, Any] | None = None
     startup_s: list[Annotated[float, Field(ge=0)]] | None = None
     """Ours: startup durations (creation → Ready, s) of the target's Ready pods (`ScaleTarget.startup_s`)."""
+
+    @model_validator(mode="after")
+    def _ready_within_replicas(self) -> FixtureScaleTarget:
+        if self.ready_replicas > self.replicas:
+            raise ValueError(
+                f"ready_replicas ({self.ready_replicas}) must be less than or equal to replicas ({self.replicas})"
+            )
+        return self
 
 
 class FixturePodMetrics(_Model):
     kv_cache_usage: float | None = Field(default=None, le=1)
     queue_length: float | None = None
     running_requests: float | None = None
-    num_gpu_blocks: int | None = Field(default=None, ge=0)
-    block_size: int | None = Field(default=None, ge=0)
+    num_gpu_blocks: int | None = Field(default=None, ge=0, le=2**53)
+    block_size: int | None = Field(default=None, ge=0, le=2**53)
     tokens_in_use: float | None = None
     avg_input_tokens: float | None = None
     avg_output_tokens: float | None = None
@@ -67,7 +110,7 @@ class FixturePodMetrics(_Model):
     arrival_rate_rps: float | None = None
     avg_ttft_s: float | None = None
     avg_itl_s: float | None = None
-    max_batch_size: int | None = Field(default=None, ge=1)
+    max_batch_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
 
     _check = field_validator(
         "kv_cache_usage",
@@ -84,9 +127,9 @@ class FixturePodMetrics(_Model):
 
 
 class FixturePod(_Model):
-    namespace: str = Field(min_length=1)
-    name: str = Field(min_length=1)
-    variant: str = Field(min_length=1)
+    namespace: DnsLabel
+    name: DnsSubdomain
+    variant: DnsSubdomain
     metrics: FixturePodMetrics = Field(default_factory=FixturePodMetrics)
 
 
@@ -131,8 +174,8 @@ class FixtureLatency(_Model):
 
 
 class FixtureModel(_Model):
-    namespace: str = Field(min_length=1)
-    model_id: str = Field(min_length=1)
+    namespace: DnsLabel
+    model_id: FreeText = Field(min_length=1)
     request_count: float | None = None
     epp_queue_size: float | None = None
     epp_queue_bytes: float | None = None
@@ -142,20 +185,20 @@ class FixtureModel(_Model):
 
 
 class FixtureNode(_Model):
-    name: str = Field(min_length=1)
-    accelerator: str = Field(min_length=1)
-    allocatable_gpus: int = Field(ge=0)
+    name: DnsSubdomain
+    accelerator: FreeText = Field(min_length=1)
+    allocatable_gpus: int = Field(ge=0, le=INT32_MAX)
 
 
 class FixtureExpectation(_Model):
-    desired_replicas: int | None = Field(default=None, ge=0)
+    desired_replicas: Replicas | None = None
     reason: str | None = None
     """Ours: when set, the decision's reason must contain this text."""
 
 
 class FixtureModelRef(_Model):
-    namespace: str = Field(min_length=1)
-    model_id: str = Field(min_length=1)
+    namespace: DnsLabel
+    model_id: FreeText = Field(min_length=1)
 
 
 class FixtureCycle(_Model):
@@ -166,12 +209,12 @@ class FixtureCycle(_Model):
     """Ours (flight recorder): "scale-from-zero" for a poll between cycles (`engine.wake`, which reads the
     models' `epp_queue_size`); "decide" for an engine cycle."""
     prometheus: Literal["ok", "unavailable"] = "ok"
-    unavailable_models: list[FixtureModelRef] | None = None
+    unavailable_models: list[FixtureModelRef] | None = Field(default=None, max_length=MAX_ITEMS_PER_CYCLE)
     """Ours: models whose collection failed while others succeeded (partial outage)."""
-    scale_targets: list[FixtureScaleTarget] | None = None
-    pods: list[FixturePod] = Field(default_factory=list)
-    models: list[FixtureModel] | None = None
-    nodes: list[FixtureNode] | None = None
+    scale_targets: list[FixtureScaleTarget] | None = Field(default=None, max_length=MAX_ITEMS_PER_CYCLE)
+    pods: list[FixturePod] = Field(default_factory=list, max_length=MAX_ITEMS_PER_CYCLE)
+    models: list[FixtureModel] | None = Field(default=None, max_length=MAX_ITEMS_PER_CYCLE)
+    nodes: list[FixtureNode] | None = Field(default=None, max_length=MAX_ITEMS_PER_CYCLE)
     expect: dict[str, FixtureExpectation] = Field(default_factory=dict)
 
     @field_validator("now")
@@ -185,22 +228,32 @@ class FixtureCycle(_Model):
     def _keys(cls, value: dict[str, FixtureExpectation]) -> dict[str, FixtureExpectation]:
         for key in value:
             ns, sep, name = key.partition("/")
-            if not sep or not ns or not name:
-                raise ValueError(f"expectation key {key!r} must be '<namespace>/<va name>'")
+            if not sep or not is_dns1123_label(ns) or not is_dns1123_subdomain(name):
+                raise ValueError(f"expectation key {quote(key)} must be '<namespace>/<va name>'")
         return value
 
 
 class Fixture(_Model):
     schema_: Literal["wva-replay/v1"] = Field(alias="schema")
-    name: str = ""
-    controller_namespace: str = DEFAULT_CONTROLLER_NAMESPACE
-    configmaps: list[FixtureConfigMap] = Field(default_factory=list)
-    variant_autoscalings: list[dict[str, Any]] = Field(min_length=1)
-    cycles: list[FixtureCycle] = Field(min_length=1)
+    name: str = Field(default="", max_length=1024)
+    controller_namespace: DnsLabel = DEFAULT_CONTROLLER_NAMESPACE
+    configmaps: list[FixtureConfigMap] = Field(default_factory=list, max_length=MAX_CONFIGMAPS)
+    variant_autoscalings: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_VARIANT_AUTOSCALINGS)
+    cycles: list[FixtureCycle] = Field(min_length=1, max_length=MAX_CYCLES)
     engine_state: dict[str, Any] | None = None
     """Ours (flight recorder): the engine's memory before the first cycle (`adapter.engine.state_to_json`)."""
-    scale_to_zero_env: str | None = None
+    scale_to_zero_env: str | None = Field(default=None, max_length=64)
     """Ours (flight recorder): the recording process's WVA_SCALE_TO_ZERO; wins over the replaying process's."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Fixture:
+        decisions = len(self.variant_autoscalings) * len(self.cycles)
+        if decisions > MAX_DECISIONS:
+            raise ValueError(
+                f"{len(self.variant_autoscalings):,} VariantAutoscalings × {len(self.cycles):,} cycles = "
+                f"{decisions:,} decisions; the limit is {MAX_DECISIONS:,}"
+            )
+        return self
 
 
 def _json_path(loc: Sequence[int | str]) -> str:
@@ -213,10 +266,9 @@ def _json_path(loc: Sequence[int | str]) -> str:
 def load(path: Path) -> tuple[Fixture, list[VariantAutoscaling]]:
     """Read and validate a fixture file. Raises FixtureError with the JSON path of the first problem."""
     try:
+        data = read_bounded(path, what="", max_bytes=MAX_FIXTURE_BYTES)
         # NaN/Infinity literals parse to floats so that validation reports them at their JSON path.
-        raw = load_json(path.read_bytes(), what="fixture", allow_nan=True)
-    except OSError as exc:
-        raise FixtureError("$", f"cannot read {path}: {exc.strerror}") from None
+        raw = load_json(data, what="fixture", max_bytes=MAX_FIXTURE_BYTES, allow_nan=True)
     except InputError as exc:
         raise FixtureError("$", str(exc).removeprefix("fixture: ")) from None
     return parse(raw)
@@ -230,9 +282,12 @@ def parse(raw: Any) -> tuple[Fixture, list[VariantAutoscaling]]:
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         value = err.get("input")
-        shown = "" if err.get("type") in ("missing", "extra_forbidden") else f"{value!r} — "
+        loc = err.get("loc", ())
+        whole_object = err.get("type") == "value_error" and isinstance(value, dict)  # a model-level rule
+        quiet = err.get("type") in ("missing", "extra_forbidden") or whole_object
+        shown = "" if quiet else f"{excerpt(value)} — "
         message = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg"))
-        raise FixtureError(_json_path(err.get("loc", ())), f"{shown}{message}") from None
+        raise FixtureError(_json_path(loc), f"{shown}{message.removeprefix('Value error, ')}") from None
     vas = []
     for i, obj in enumerate(fixture.variant_autoscalings):
         try:
@@ -247,16 +302,50 @@ def _check_references(fixture: Fixture, vas: Sequence[VariantAutoscaling]) -> No
     names = {str(va.key) for va in vas}
     if len(names) != len(vas):
         raise FixtureError("$.variant_autoscalings", "two VariantAutoscalings share a namespace/name")
+    per_model = Counter((va.key.namespace, va.spec.model_id) for va in vas)
+    (namespace, model_id), count = per_model.most_common(1)[0]
+    if count > MAX_VARIANTS_PER_MODEL:
+        raise FixtureError(
+            "$.variant_autoscalings",
+            f"{count:,} VariantAutoscalings of model {quote(model_id)} in {namespace}; the limit is "
+            f"{MAX_VARIANTS_PER_MODEL:,} per model",
+        )
+    pairs = sum(n * n for n in per_model.values()) * len(fixture.cycles)
+    if pairs > MAX_VARIANT_PAIRS:
+        raise FixtureError(
+            "$.cycles",
+            f"{len(fixture.cycles):,} cycles × Σ (variants per model)² {pairs // len(fixture.cycles):,} = "
+            f"{pairs:,}; the limit is {MAX_VARIANT_PAIRS:,} (fewer cycles or fewer variants per model)",
+        )
+    _no_duplicates("$.configmaps", [(c.namespace, c.name) for c in fixture.configmaps], what="ConfigMap")
     for c, cycle in enumerate(fixture.cycles):
+        at = f"$.cycles[{c}]"
+        _no_duplicates(f"{at}.scale_targets", [(t.namespace, t.name) for t in cycle.scale_targets or ()])
+        _no_duplicates(f"{at}.pods", [(p.namespace, p.name) for p in cycle.pods])
+        _no_duplicates(f"{at}.models", [(m.namespace, m.model_id) for m in cycle.models or ()])
+        _no_duplicates(f"{at}.nodes", [(n.name,) for n in cycle.nodes or ()])
         for key in cycle.expect:
             if key not in names:
-                raise FixtureError(f"$.cycles[{c}].expect", f"{key!r} names no VariantAutoscaling in the fixture")
+                raise FixtureError(f"$.cycles[{c}].expect", f"{quote(key)} names no VariantAutoscaling in the fixture")
         for p, pod in enumerate(cycle.pods):
             if f"{pod.namespace}/{pod.variant}" not in names:
                 raise FixtureError(
                     f"$.cycles[{c}].pods[{p}].variant",
-                    f"{pod.variant!r} names no VariantAutoscaling in {pod.namespace}",
+                    f"{quote(pod.variant)} names no VariantAutoscaling in {pod.namespace}",
                 )
+
+
+def _no_duplicates(path: str, keys: Sequence[tuple[str, ...]], *, what: str = "entry") -> None:
+    """Two entries with one identity: the last would win silently (as two ConfigMaps of one name would)."""
+    first: dict[tuple[str, ...], int] = {}
+    for index, key in enumerate(keys):
+        if key in first:
+            raise FixtureError(
+                f"{path}[{index}]",
+                f"{what} {quote('/'.join(key), 120)} is also {path.rsplit('.', 1)[-1]}[{first[key]}]; each may "
+                "appear once",
+            )
+        first[key] = index
 
 
 def scale_target(st: FixtureScaleTarget) -> ScaleTarget:
@@ -303,3 +392,15 @@ def node(n: FixtureNode) -> NodeGpus:
 
 def configmap_triples(fixture: Fixture) -> list[tuple[str, str, Mapping[str, Any]]]:
     return [(cm.namespace, cm.name, cm.data) for cm in fixture.configmaps]
+
+
+def configmap_problems(fixture: Fixture) -> list[str]:
+    """What `serve` would report about the fixture's ConfigMaps (each invalid entry is dropped, the rest apply),
+    and the ConfigMaps it would not read at all (not a WVA ConfigMap name)."""
+    problems = [
+        f"$.configmaps[{i}]: {cm.namespace}/{cm.name} is not a WVA ConfigMap ({', '.join(KNOWN_CONFIGMAPS)}); ignored"
+        for i, cm in enumerate(fixture.configmaps)
+        if cm.name not in KNOWN_CONFIGMAPS
+    ]
+    configset = ConfigSet.from_raw(configmap_triples(fixture), controller_namespace=fixture.controller_namespace)
+    return problems + configset.errors()

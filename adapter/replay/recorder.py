@@ -125,7 +125,9 @@ def _target(target: ScaleTarget) -> dict[str, Any]:
         "namespace": target.namespace,
         "name": target.name,
         "replicas": target.replicas,
-        "ready_replicas": target.ready_replicas,
+        # a fixture requires ready <= replicas (the replay clamps to it anyway); a controller that briefly reports
+        # more must not make its own recording unreplayable
+        "ready_replicas": min(target.ready_replicas, target.replicas),
         "pod_template": pod_template(target),
     }
     if target.spec_replicas is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +22,17 @@ RESULT_SCHEMA = "wva-replay-result/v1"
 
 def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env: str | None = None) -> dict[str, Any]:
     """Return the `wva-replay-result/v1` document for one fixture."""
+    cycles_out = list(cycles(fixture, vas, scale_to_zero_env=scale_to_zero_env))
+    passed = all(not cycle["mismatches"] for cycle in cycles_out)
+    return {"schema": RESULT_SCHEMA, "name": fixture.name, "cycles": cycles_out, "passed": passed}
+
+
+def cycles(
+    fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """The result of each cycle as soon as it is decided (what `run` collects): the `replay` verb prints them
+    one by one, so its memory holds one cycle's result, not the whole document (a fixture within its limits
+    can still print 150 MB of decisions and notes)."""
     configmaps = ConfigSet.from_raw(
         fx.configmap_triples(fixture),
         controller_namespace=fixture.controller_namespace,
@@ -33,8 +45,6 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
     targets: dict[tuple[str, str], ScaleTarget] = {}
     models: dict[Any, ModelTraffic] = {}
     nodes: tuple[NodeGpus, ...] = ()
-    cycles_out = []
-    passed = True
     for cycle in fixture.cycles:
         now_s = cycle.now_s if cycle.now_s is not None else parse_rfc3339_s(cycle.now)
         if cycle.scale_targets is not None:
@@ -67,8 +77,7 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
         new_statuses = engine.statuses(result, snapshot)
         statuses.update(new_statuses)
         mismatches = _mismatches(cycle, result.decisions)
-        passed = passed and not mismatches
-        cycles_out.append(
+        yield (
             {
                 "now": format_rfc3339(now_s),
                 **({"kind": cycle.kind} if cycle.kind != "decide" else {}),
@@ -102,7 +111,6 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
                 "mismatches": mismatches,
             }
         )
-    return {"schema": RESULT_SCHEMA, "name": fixture.name, "cycles": cycles_out, "passed": passed}
 
 
 def initial_state(fixture: fx.Fixture) -> engine.EngineState:

@@ -32,23 +32,21 @@ from __future__ import annotations
 
 import json
 import logging
-import ssl
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_request import BaseRequest
-from aiohttp.web_server import Server
 
+from adapter.config.names import LABEL_RULE, is_dns1123_label
 from adapter.domain.decision import VariantDecision
-from adapter.domain.errors import Forbidden, NotFound, ServeError, Unauthorized
+from adapter.domain.errors import BadRequest, Forbidden, NotFound, ServeError, Unauthorized
 from adapter.domain.ids import VariantKey
+from adapter.domain.text import plain, quote
 from adapter.domain.timefmt import format_rfc3339
 from adapter.servers.auth import Authenticator, Authorizer, RequestAttributes, UserInfo
+from adapter.servers.gate import Gate, GateLimits, SslContext
 from adapter.servers.quantity import format_quantity
 from adapter.servers.selector import Selector, parse_selector
 from adapter.servers.served import ServedMetric
@@ -264,6 +262,11 @@ class _ExternalMetricsAPI:
             )
         if observer is not None:
             self._observe(observer, request, response.status, self._clock() - started_s)
+        transport = request.transport
+        if transport is None or not transport.get_extra_info("peercert"):
+            # An unauthenticated connection gets one request (adapter.servers.gate), so that every request it
+            # sends passes the gate's checks; the aggregator's (a verified client certificate) stay alive.
+            response.force_close()
         return response
 
     @staticmethod
@@ -288,7 +291,7 @@ class _ExternalMetricsAPI:
         method, path = request.method, request.path
         attributes = self._attributes.get((method, path))
         if attributes is None:
-            attributes = _attributes(method, path)
+            attributes = _attributes(method, path)  # BadRequest for a namespace no object can live in
             self._remember(self._attributes, (method, path), attributes)
         if not await self._authorizer.authorize(user, attributes):
             raise _forbidden(user, attributes)
@@ -334,7 +337,7 @@ class _ExternalMetricsAPI:
 
     async def openapi(self, request: web.Request) -> web.Response:
         raise NotFound(
-            f"{request.path}: this server publishes no OpenAPI document "
+            f"{plain(request.path, 40)}: this server publishes no OpenAPI document "
             "(kube-aggregator treats 404 as 'no spec' and skips it)"
         )
 
@@ -346,10 +349,11 @@ class _ExternalMetricsAPI:
         key = (namespace, metric_name, request.query_string)
         cached = self._rendered.get(key)
         if cached is None or not _same_sources(cached.sources, self._fetch(namespace, cached.pinned)):
+            _check_namespace(namespace)
             try:
                 metric = ServedMetric(metric_name)
             except ValueError:
-                raise NotFound(f"the server could not find the metric {metric_name} for {GROUP}") from None
+                raise NotFound(f"the server could not find the metric {plain(metric_name, 80)} for {GROUP}") from None
             cached = self._render(namespace, metric, request.query.get("labelSelector", ""))
             self._remember(self._rendered, key, cached)
         return web.Response(body=cached.body, content_type=_JSON)
@@ -395,11 +399,18 @@ class _ExternalMetricsAPI:
         cache[key] = value
 
 
+def _check_namespace(namespace: str) -> None:
+    if not is_dns1123_label(namespace):
+        raise BadRequest(f"namespace {quote(namespace, 80)} is invalid: {LABEL_RULE}")
+
+
 def _attributes(method: str, path: str) -> RequestAttributes:
-    """SubjectAccessReview attributes of a request, following k8s.io/apiserver's RequestInfo."""
+    """SubjectAccessReview attributes of a request, following k8s.io/apiserver's RequestInfo. A namespace that
+    is not a DNS-1123 label is a BadRequest before anyone is asked about it."""
     if path.startswith(_NAMESPACES_PREFIX):
         parts = path[len(_NAMESPACES_PREFIX) :].split("/")
         if len(parts) == 2 and all(parts):
+            _check_namespace(parts[0])
             return RequestAttributes(
                 verb=_RESOURCE_VERBS.get(method, method.lower()),
                 path=path,
@@ -418,9 +429,15 @@ class _ForbiddenError(Forbidden):
         self.details = details
 
 
-def _quoted(text: str) -> str:
-    """Go's `%q` for the names that appear in messages (JSON string quoting is the same for them)."""
-    return json.dumps(text, ensure_ascii=False)
+def _quoted(text: str, limit: int = 120) -> str:
+    """Go's `%q` for the names that appear in messages: double quotes, JSON escapes, and every character that
+    is not printable (U+202E, zero-width spaces …) as `\\uXXXX`; cut to `limit` characters (a user name comes
+    from a header and may be 8 kB)."""
+    shown = text if len(text) <= limit else text[:limit]
+    quoted = json.dumps(shown, ensure_ascii=False)
+    if not quoted.isprintable():
+        quoted = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in quoted)
+    return quoted if len(text) <= limit else f"{quoted}… ({len(text)} chars)"
 
 
 def _forbidden(user: UserInfo, attributes: RequestAttributes) -> Forbidden:
@@ -479,57 +496,26 @@ def build_external_metrics_app(
     return app
 
 
-class _StatusRequestHandler(RequestHandler):
-    """aiohttp answers a request it cannot parse (request line or headers over its limits, malformed HTTP)
-    before any application handler runs, with a text/plain page. An aggregated API server answers every
-    failure with a `metav1.Status`, so this protocol handler renders those answers as one too."""
-
-    def handle_error(
-        self,
-        request: BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        if request.writer.output_size > 0:  # part of a response is out: the connection is beyond repair
-            raise ConnectionError("response already started; cannot send the error Status")
-        _log.debug("request refused before routing (%s): %s", status, type(exc).__name__ if exc else message)
-        if status == HTTPStatus.INTERNAL_SERVER_ERROR:
-            text = "internal error while reading the request"
-        else:
-            text = f"malformed or oversized request: {excerpt_text(message or str(exc or ''), 160)}"
-        response = _status_response(code=status, message=text)
-        response.force_close()
-        return response
-
-
-class _StatusServer(Server):
-    def __call__(self) -> RequestHandler:
-        return _StatusRequestHandler(self, loop=self._loop, **self._kwargs)
-
-
-class _StatusAppRunner(web.AppRunner):
-    async def _make_server(self) -> Server:
-        server = await super()._make_server()
-        server.__class__ = _StatusServer  # same state, one method more specific
-        return server
-
-
-def excerpt_text(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
 @dataclass(frozen=True, slots=True)
 class RunningServer:
-    """A started HTTPS server; `port` is the bound port (useful when asked for port 0)."""
+    """A started HTTPS server; `port` is the bound port (useful when asked for port 0); `gate` its front door
+    (adapter.servers.gate: limits and counters)."""
 
     runner: web.AppRunner
     host: str
     port: int
+    gate: Gate
 
     async def close(self) -> None:
+        """Stop listening, drop connections still at the gate, let requests in flight finish (at most the
+        runner's shutdown timeout), close the rest."""
+        self.gate.close()
         await self.runner.cleanup()
+
+
+def _render_refusal(status: int, message: str) -> bytes:
+    reason = {408: "Timeout", 413: "RequestEntityTooLarge", 431: "BadRequest"}  # metav1 has no 431 reason
+    return status_body(code=status, message=message, reason=reason.get(status))
 
 
 async def start_https_server(
@@ -537,25 +523,31 @@ async def start_https_server(
     *,
     host: str,
     port: int,
-    ssl_context: ssl.SSLContext,
+    ssl_context: SslContext,
     shutdown_timeout_s: float = 5.0,
     access_log: bool = False,
+    limits: GateLimits | None = None,
 ) -> RunningServer:
-    """Serve `app` over TLS on host:port (0 = ephemeral). Access logging is off by default: at HPA request
-    rates it costs more than the request itself; latency belongs in a histogram (`observer`)."""
-    runner = _StatusAppRunner(
-        app, handle_signals=False, access_log=_log if access_log else None, shutdown_timeout=shutdown_timeout_s
+    """Serve `app` over TLS on host:port (0 = ephemeral), behind the gate (adapter.servers.gate: handshake and
+    head deadlines, the cap on unauthenticated connections, a Status for every refusal). `ssl_context` may be
+    a function returning the current context (read at each handshake). Access logging is off by default: at
+    HPA request rates it costs more than the request itself; latency belongs in a histogram (`observer`)."""
+    limits = limits or GateLimits()
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=_log if access_log else None,
+        shutdown_timeout=shutdown_timeout_s,
+        **limits.aiohttp_kwargs(),
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    server = runner.server
+    assert server is not None  # set by setup()
+    gate = Gate(server, ssl_context, _render_refusal, limits)
     try:
-        await site.start()
+        listening = await gate.start(host, port)
     except BaseException:
         await runner.cleanup()
         raise
-    bound_port = port
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            bound_port = int(address[1])
-            break
-    return RunningServer(runner, host, bound_port)
+    bound_port = int(listening.sockets[0].getsockname()[1]) if listening.sockets else port
+    return RunningServer(runner, host, bound_port, gate)

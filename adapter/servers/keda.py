@@ -46,6 +46,7 @@ from adapter.domain.errors import (
     Unauthorized,
 )
 from adapter.domain.ids import VariantKey
+from adapter.domain.text import quote
 from adapter.servers._keda_pb import externalscaler_pb2 as pb2
 from adapter.servers._keda_pb import externalscaler_pb2_grpc as pb2_grpc
 from adapter.servers.served import DEFAULT_METRIC, ServedMetric
@@ -92,12 +93,12 @@ def resolve_target(*, name: str, namespace: str, metadata: Mapping[str, object])
     )
     if len(va_name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(va_name):
         raise BadRequest(
-            f"scalerMetadata.{META_VARIANT}: {va_name!r} is not a VariantAutoscaling name "
+            f"scalerMetadata.{META_VARIANT}: {quote(va_name)} is not a VariantAutoscaling name "
             "(lower-case DNS-1123 subdomain, at most 253 characters)"
         )
     if len(va_namespace) > 63 or not _DNS1123_LABEL.fullmatch(va_namespace):
         raise BadRequest(
-            f"scalerMetadata.{META_NAMESPACE}: {va_namespace!r} is not a namespace name "
+            f"scalerMetadata.{META_NAMESPACE}: {quote(va_namespace)} is not a namespace name "
             "(lower-case DNS-1123 label, at most 63 characters)"
         )
     metric_text = _metadata_str(metadata, META_METRIC, default=DEFAULT_METRIC.value, default_from="")
@@ -111,7 +112,7 @@ def parse_metric(text: str, *, key: str) -> ServedMetric:
         return ServedMetric(bare)
     except ValueError:
         allowed = ", ".join(m.value for m in ServedMetric)
-        raise BadRequest(f"{key}: {text!r} is not a metric this scaler serves (one of: {allowed})") from None
+        raise BadRequest(f"{key}: {quote(text)} is not a metric this scaler serves (one of: {allowed})") from None
 
 
 def _metadata_str(metadata: Mapping[str, object], key: str, *, default: str, default_from: str) -> str:
@@ -148,10 +149,18 @@ def grpc_status_for(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+MAX_DETAILS_CHARS = 1024
+"""gRPC sends the status message in a trailer, and trailers are limited (8 KB by default, then the call fails
+with RESOURCE_EXHAUSTED instead of our status): our messages quote outside input only as short excerpts, and
+this bound holds even if one forgot to."""
+
+
 async def _abort(context: _Context, error: Exception, *, rpc: str) -> NoReturn:
     code = grpc_status_for(error)
     if isinstance(error, AdapterError):
         details = str(error)
+        if len(details) > MAX_DETAILS_CHARS:
+            details = details[:MAX_DETAILS_CHARS] + "…"
         _log.debug("KEDA %s: %s: %s", rpc, code.name, details)
     else:
         details = f"internal error in {rpc}: {type(error).__name__}"
@@ -293,6 +302,10 @@ _SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_time_ms", 60_000),
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    # KEDA's messages are a few hundred bytes and it keeps one stream per ScaledObject: bound what one
+    # connection may send and hold (gRPC's defaults: 4 MB messages, no stream limit).
+    ("grpc.max_receive_message_length", 1024 * 1024),
+    ("grpc.max_concurrent_streams", 1000),
 )
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 from adapter.domain.errors import BadRequest
+from adapter.domain.text import escape
 
 __all__ = ["EVERYTHING", "Operator", "Requirement", "Selector", "parse_selector"]
 
@@ -240,6 +241,7 @@ class _Parser:
         shown = self._text if len(self._text) <= _QUOTE_CHARS else self._text[:_QUOTE_CHARS] + "…"
         if len(detail) > 2 * _QUOTE_CHARS:  # the detail quotes tokens, which may be long too
             detail = detail[:_QUOTE_CHARS] + " … " + detail[-_QUOTE_CHARS:]
+        detail = escape(detail)  # tokens quoted as they are may hold control characters
         return BadRequest(f"invalid labelSelector {shown!r}: {detail}")
 
     def _peek(self, *, value_context: bool = True) -> tuple[_Tok, str]:

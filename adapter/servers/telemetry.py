@@ -469,10 +469,13 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def start_http_server(app: web.Application, *, host: str, port: int) -> HttpServer:
+async def start_http_server(
+    app: web.Application, *, host: str, port: int, shutdown_timeout_s: float = 5.0
+) -> HttpServer:
     """Serve `app` over plain HTTP on host:port (0 picks a free port). No access log: Prometheus scrapes and
-    kubelet probes would drown everything else."""
-    runner = web.AppRunner(app, access_log=None)
+    kubelet probes would drown everything else. `stop()` waits at most `shutdown_timeout_s` for requests in
+    flight."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:

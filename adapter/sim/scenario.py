@@ -18,9 +18,13 @@ Every problem is a `ConfigError` whose message names the file and the key (e.g.
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,14 +32,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE, ConfigSet
 from adapter.config.errors import describe
-from adapter.config.safeload import load_yaml
+from adapter.config.files import MAX_SCENARIO_BYTES, MAX_TRACE_BYTES, check_file, read_bounded
+from adapter.config.safeload import load_yaml, size_text
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import ConfigError, ManifestError
 from adapter.domain.ids import ModelKey
+from adapter.domain.text import plain
 from adapter.sim.fleet import FleetConfig, StartupTime, VariantConfig
 from adapter.sim.replica import PerfParams
 from adapter.sim.workload import (
+    BurstArrivals,
+    DiurnalArrivals,
+    PoissonArrivals,
     RequestTable,
+    StepArrivals,
     SyntheticWorkload,
     TraceFormatError,
     TraceWorkload,
@@ -44,7 +54,6 @@ from adapter.sim.workload import (
     workload_from_spec,
 )
 
-MAX_SCENARIO_BYTES = 1024 * 1024
 MAX_DEPTH = 16
 MAX_ALIASES = 64
 MAX_VARIANTS = 16
@@ -54,6 +63,16 @@ MAX_BINS = 20_160
 """Engine intervals per run (a week at 30 s): bounds the run and the oracle's program."""
 MAX_STEPS = 10_000
 MAX_CONFIGMAPS = 32
+MAX_TRACE_TEXT_BYTES = 2 * 1024 * 1024 * 1024
+"""Text a trace may hold once decompressed: about 40 million rows, far above any request limit."""
+MAX_REQUESTS_OVERRIDE = 1_000_000_000
+"""The largest `simulate --max-requests`."""
+MAX_REQUESTS = 2_000_000
+"""Requests a run may generate, estimated before it starts (`expected_requests`); `simulate --max-requests`
+raises it. Measured on the 2-core reference machine: about 150,000 simulated requests per second of wall time
+and 250 bytes of memory per request (3,000,000 requests: 22 s, 775 MB), so the default keeps a run under about
+15 s and 600 MB (the frontier search of `simulate` plays up to 15 more runs, each stopped once it cannot reach
+its target)."""
 POLICY_NAMES = ("wva-v1", "wva-v2", "wva-slo", "wva-predictive", "hpa-kv", "keda-queue", "static", "oracle")
 """`adapter.sim.policies.Policy` (repeated here so the schema does not import the engine)."""
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -314,6 +333,100 @@ class Scenario:
         return path if path.is_absolute() else self.base_dir / path
 
 
+def expected_requests(scenario: Scenario) -> tuple[int, str]:
+    """The number of requests the scenario's workload will generate over its duration, before anything runs,
+    and how it was estimated (for the message). Synthetic workloads: the integral of the rate over the run
+    (Poisson's count has that mean; its spread is √n, negligible at the limit). Traces: the rows of the file
+    (counted, not parsed) times `rate_scale`, at most `max_requests`; an upper bound, as the duration window may
+    cut it shorter."""
+    duration_s = scenario.effective_duration_s()
+    workload = scenario.workload()
+    if isinstance(workload, TraceWorkload):
+        rows = _count_rows(workload.path, enough=math.ceil(MAX_REQUESTS_OVERRIDE / workload.rate_scale) + 1)
+        count = rows * workload.rate_scale
+        if workload.max_requests is not None:
+            count = min(count, workload.max_requests)
+        return math.ceil(count), f"{rows:,} trace rows × rate_scale {workload.rate_scale:g}"
+    process = workload.process
+    integral = _rate_integral(process, duration_s)
+    if isinstance(process, PoissonArrivals):
+        return math.ceil(integral), f"Poisson at {process.rate_rps:,g} req/s × {duration_s:,g} s"
+    kind = type(process).__name__.removesuffix("Arrivals").lower()
+    return math.ceil(integral), f"{kind} arrivals averaging {integral / duration_s:,.4g} req/s × {duration_s:,g} s"
+
+
+def peak_rate_rps(scenario: Scenario) -> float:
+    """The highest arrival rate the workload reaches (a trace's mean rate, its peak being unknown before it is
+    read): what one step of the demo's world may have to simulate per virtual second."""
+    workload = scenario.workload()
+    if isinstance(workload, TraceWorkload):
+        count, _ = expected_requests(scenario)
+        return count / max(scenario.effective_duration_s(), 1.0)
+    return float(workload.process.peak_rps)
+
+
+def _rate_integral(process: Any, duration_s: float) -> float:
+    """∫₀ᵈ λ(t) dt, exactly, for each synthetic arrival process (adapter.sim.workload)."""
+    d = duration_s
+    if isinstance(process, PoissonArrivals):
+        return process.rate_rps * d
+    if isinstance(process, DiurnalArrivals):
+        # λ = base + (peak − base)(1 − cos(2πt/P))/2  ⇒  ∫ = base·d + (peak − base)/2 · (d − P/(2π)·sin(2πd/P))
+        swing = (process.peak_rps - process.base_rps) / 2.0
+        period = process.period_s
+        return process.base_rps * d + swing * (d - period / (2 * math.pi) * math.sin(2 * math.pi * d / period))
+    if isinstance(process, StepArrivals):
+        total = 0.0
+        for i, (start_s, rps) in enumerate(process.steps):
+            end_s = process.steps[i + 1][0] if i + 1 < len(process.steps) else d
+            total += rps * max(0.0, min(end_s, d) - max(start_s, 0.0))
+        return total
+    if isinstance(process, BurstArrivals):
+        burst_time = 0.0
+        start = process.burst_start_s
+        every = process.burst_every_s
+        if every > 0 and d > start:
+            whole = math.floor((d - start) / every)
+            burst_time = whole * process.burst_duration_s + min(process.burst_duration_s, d - start - whole * every)
+        elif d > start:
+            burst_time = min(process.burst_duration_s, d - start)
+        return process.base_rps * d + (process.burst_rps - process.base_rps) * burst_time
+    raise TypeError(f"no request estimate for {type(process).__name__}")
+
+
+def _count_rows(path: Path, *, enough: int) -> int:
+    """Lines of a trace (through gzip for `.gz`), in 1 MB blocks, stopping once there are `enough` (the caller
+    only needs to know the count is above any limit) or once `MAX_TRACE_TEXT_BYTES` of text were read (a small
+    `.gz` can decompress to far more than its file size)."""
+    lines = read = 0
+    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            while (block := handle.read(1 << 20)) and lines <= enough:
+                read += len(block)
+                lines += block.count(b"\n")
+                if read > MAX_TRACE_TEXT_BYTES:
+                    raise ConfigError(
+                        f"scenario.workload.trace: {plain(str(path))} holds more than {size_text(MAX_TRACE_TEXT_BYTES)}"
+                        f" of text; the limit is {size_text(MAX_TRACE_TEXT_BYTES)}"
+                    )
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ConfigError(f"scenario.workload.trace: {plain(str(path))}: unreadable ({type(exc).__name__})") from None
+    return lines
+
+
+def check_work(scenario: Scenario, *, max_requests: int | None = None) -> int:
+    """The expected request count, or ConfigError when it exceeds the limit (MAX_REQUESTS unless given)."""
+    limit = MAX_REQUESTS if max_requests is None else max_requests
+    count, how = expected_requests(scenario)
+    if count > limit:
+        raise ConfigError(
+            f"the scenario would generate about {count:,} requests ({how}); the limit is {limit:,} "
+            "(a shorter duration_s or a lower rate, or simulate --max-requests N)"
+        )
+    return count
+
+
 def _variant_config(v: VariantSpec) -> VariantConfig:
     return VariantConfig(
         name=v.name,
@@ -331,10 +444,7 @@ def _variant_config(v: VariantSpec) -> VariantConfig:
 
 def load(path: Path) -> Scenario:
     """Read, bound and validate a scenario file (module docstring); ConfigError naming file and key."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = read_bounded(path, what="scenario", max_bytes=MAX_SCENARIO_BYTES)
     raw = load_yaml(data, what=str(path), max_bytes=MAX_SCENARIO_BYTES, max_depth=MAX_DEPTH, max_aliases=MAX_ALIASES)
     try:
         return parse(raw, base_dir=path.parent)
@@ -400,13 +510,16 @@ def _describe_spec(exc: ValidationError) -> list[str]:
     return kept or [f"scenario: {exc.error_count()} problems"]
 
 
+_TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
+
+
 def _check_trace(path: Path) -> None:
+    if Path(path.name.lower().removesuffix(".gz")).suffix in _TRACE_SUFFIXES:
+        check_file(path, what="scenario.workload.trace:", max_bytes=MAX_TRACE_BYTES)  # before its header is read
     try:
-        trace_format(path)
+        trace_format(path)  # an unknown suffix: refused by name, nothing read
     except TraceFormatError as exc:
         raise ConfigError(f"scenario.workload.trace: {exc}") from None
-    if not path.is_file():
-        raise ConfigError(f"scenario.workload.trace: {path} is not a readable file")
     try:
         with path.open("rb"):
             pass
@@ -428,7 +541,7 @@ def _va(variant: VariantSpec, *, model_id: str, namespace: str) -> VariantAutosc
             "modelID": model_id,
             "minReplicas": variant.min_replicas,
             "maxReplicas": variant.max_replicas,
-            "variantCost": f"{variant.cost:g}",
+            "variantCost": format(Decimal(repr(variant.cost)), "f"),  # 1e6 is "1000000.0", never "1e+06"
         },
     }
     return parse_va(obj, source=f"variants[{variant.name}]")

@@ -162,8 +162,10 @@ async def test_kubectl_grpc_and_prometheus_clients_read_the_same_decisions_from_
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        pytest.param(["demo", "--speed", "0"], "--speed must be > 0", id="zero-speed"),
-        pytest.param(["demo", "--duration", "-1"], "--duration must be >= 0", id="negative-duration"),
+        pytest.param(["demo", "--speed", "0"], "argument --speed: must be a finite number > 0", id="zero-speed"),
+        pytest.param(
+            ["demo", "--duration", "-1"], "argument --duration: must be a finite number >= 0", id="negative-duration"
+        ),
         pytest.param(["demo", "--scenario", "/nonexistent.yaml", "--duration", "1"], "cannot read", id="no-scenario"),
     ],
 )

@@ -102,7 +102,7 @@ async def test_missing_prometheus_url_is_reported_after_looking_in_the_configmap
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
-        pytest.param("missing", "no such file", id="missing-file"),
+        pytest.param("missing", "cannot read: No such file", id="missing-file"),
         pytest.param("malformed", "cannot load Kubernetes configuration from", id="malformed-yaml"),
         pytest.param("wrong-token", "HTTP 401", id="rejected-credentials"),
         pytest.param("unreachable", "Cannot connect to host", id="unreachable-server"),

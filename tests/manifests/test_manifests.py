@@ -33,7 +33,17 @@ from adapter.config.configmaps import (
     parse_configmap,
 )
 from adapter.config.settings import load
-from adapter.config.va import GROUP, KIND, PLURAL, SCALE_TARGET_KINDS, VERSION, ScaleTargetRef, VASpec, parse_va
+from adapter.config.va import (
+    GROUP,
+    KIND,
+    MAX_VARIANT_COST,
+    PLURAL,
+    SCALE_TARGET_KINDS,
+    VERSION,
+    ScaleTargetRef,
+    VASpec,
+    parse_va,
+)
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import ModelKey
@@ -389,8 +399,21 @@ def test_crd_spec_and_status_shape() -> None:
     assert set(conditions["items"]["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
 
 
-def _constraints(field: Any) -> dict[str, Any]:
-    """The pydantic field's bounds, named as in OpenAPI (annotated_types Ge / MinLen metadata)."""
+# What the code checks beyond the CRD's schema, with the reason (issue 19: check-config must never say ok to an
+# object the API server or Kubernetes would refuse, and free text must not carry control characters).
+CODE_ONLY_RULES = {
+    # No Deployment, StatefulSet or LeaderWorkerSet can have another name; the CRD only says minLength 1.
+    ("scaleTargetRef", "name"): "_dns1123_subdomain",
+    ("scaleTargetRef", "apiVersion"): "_api_version",
+    # Ours: no control or format characters (they reach terminals, logs and PromQL matchers), at most 512.
+    ("spec", "modelID"): "_free_text",
+    ("spec", "variantID"): "_free_text",
+}
+
+
+def _constraints(field: Any, prop: dict[str, Any], where: tuple[str, str]) -> dict[str, Any]:
+    """The pydantic field's bounds, named as in OpenAPI (annotated_types Ge / MinLen metadata); an upper bound
+    of 2^31 - 1 is the CRD's `format: int32`; validators beyond the CRD must be listed in CODE_ONLY_RULES."""
     out: dict[str, Any] = {}
     for meta in field.metadata:
         kind = type(meta).__name__
@@ -398,8 +421,12 @@ def _constraints(field: Any) -> dict[str, Any]:
             out["minimum"] = meta.ge
         elif kind == "MinLen":
             out["minLength"] = meta.min_length
+        elif kind == "Le" and meta.le == 2**31 - 1:
+            assert prop.get("format") == "int32", f"{where}: bounded to int32, the CRD says {prop.get('format')}"
         elif kind == "Strict":
             continue  # strict typing mirrors the CRD's `type: integer` / `type: string`; no OpenAPI bound
+        elif kind == "AfterValidator":
+            assert CODE_ONLY_RULES.get(where) == meta.func.__name__, f"{where}: code-only rule {meta!r} unlisted"
         else:
             raise AssertionError(f"unexpected constraint {meta!r}: teach the CRD agreement test about it")
     return out
@@ -435,7 +462,7 @@ def test_crd_and_code_agree_on_fields_defaults_and_bounds(model: type[BaseModel]
         elif not field.is_required() and field.default is not None:
             assert (schema_path[-1], alias) in CODE_ONLY_DEFAULTS, f"{where}: code default {field.default!r} not in CRD"
         crd_bounds = {k: prop[k] for k in ("minimum", "minLength") if k in prop}
-        assert crd_bounds == _constraints(field), where
+        assert crd_bounds == _constraints(field, prop, (schema_path[-1], alias)), where
     if "kind" in props:
         assert tuple(props["kind"]["enum"]) == SCALE_TARGET_KINDS
 
@@ -624,10 +651,17 @@ def test_crd_defaults_match_what_the_code_fills_in() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(cost=st.from_regex(r"[0-9]{1,12}(\.[0-9]{1,12})?", fullmatch=True))
-def test_every_cost_the_crd_admits_is_accepted_by_the_code(cost: str) -> None:
+def test_every_cost_the_crd_admits_is_accepted_by_the_code_up_to_its_bound(cost: str) -> None:
+    """The CRD admits any decimal string; the code also bounds the value (MAX_VARIANT_COST, docs/security.md):
+    a cost of 1e53 would make the exact optimizer's coefficients meaningless."""
     obj = _va({"variantCost": cost})
     assert _crd_accepts(obj) == []
-    assert _code_accepts(obj) is None
+    refused = _code_accepts(obj)
+    if float(cost) <= MAX_VARIANT_COST:
+        assert refused is None
+    else:
+        assert refused is not None
+        assert f"at most {MAX_VARIANT_COST:,.0f}" in refused
 
 
 # ---- example VariantAutoscalings --------------------------------------------------------------------------

@@ -490,3 +490,29 @@ def test_metric_values_follow_the_decision(keda_store: DecisionStore) -> None:
         ServedMetric.DESIRED_RATIO: 0.75,
         ServedMetric.RECOMMENDED_REPLICAS: None,  # no recommendation yet: not a value
     }
+
+
+# ---------------------------------------------------------------- hostile metadata (issue 19)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "key"),
+    [
+        pytest.param({"variantAutoscaling": "a" * 10_000}, "variantAutoscaling", id="10kB-name"),
+        pytest.param({"variantAutoscaling": "a" * 17_000}, "variantAutoscaling", id="17kB-name"),
+        pytest.param({"variantAutoscaling": "x\x1b[31m\n\u202e" * 2_000}, "variantAutoscaling", id="escapes"),
+        pytest.param({"namespace": "N" * 50_000}, "namespace", id="50kB-namespace"),
+        pytest.param({"metricName": "m" * 100_000}, "metricName", id="100kB-metric"),
+    ],
+)
+async def test_oversized_or_hostile_metadata_is_a_short_invalid_argument(
+    keda_stub: Any, metadata: dict[str, str], key: str
+) -> None:
+    """The message quotes a short escaped excerpt: at 17 kB a message repeating the value used to exceed gRPC's
+    trailer limit and arrive as RESOURCE_EXHAUSTED instead of our INVALID_ARGUMENT."""
+    error = await _rpc_error(keda_stub.GetMetricSpec(ref(metadata=metadata), timeout=5))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = error.details() or ""
+    assert key in details
+    assert len(details) < 300
+    assert details.isprintable()

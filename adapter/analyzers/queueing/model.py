@@ -302,13 +302,23 @@ class QueueModel:
         if close(y_hi):
             return hi
         increasing = y_hi >= y_lo
-        if (target < y_lo) if increasing else (target > y_lo):
+        if not increasing:
+            # The metric falls as the rate rises (ITL with O < 3 or a batch of one, or flat within rounding,
+            # e.g. β = γ = 0): the highest rate is the best; it meets the target or nothing does.
+            if target >= y_hi:
+                return hi
+            raise BeyondModel(
+                param,
+                f"target {target:g} ms is below the bounded region: the minimum achievable {label} is "
+                f"{y_hi:.6g} ms (at {hi:.6g} req/s)",
+            )
+        if target < y_lo:
             raise BeyondModel(
                 param,
                 f"target {target:g} ms is below the bounded region: the minimum achievable {label} is "
                 f"{y_lo:.6g} ms (at {lo:.6g} req/s)",
             )
-        if (target > y_hi) if increasing else (target < y_hi):
+        if target > y_hi:
             return hi
         mid = lo
         for _ in range(MAX_ITERATIONS):
