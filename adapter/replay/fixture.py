@@ -142,7 +142,10 @@ def _bucket_bound(value: Any) -> float:
     return float(value)
 
 
-BucketPair = tuple[Annotated[float, PlainValidator(_bucket_bound)], Annotated[float, Field(ge=0, strict=True)]]
+BucketPair = Annotated[
+    tuple[Annotated[float, PlainValidator(_bucket_bound)], Annotated[float, Field(ge=0, strict=True)]],
+    Field(strict=False),  # a JSON pair is a list; its two items keep their own (strict) checks
+]
 """One bucket of a latency histogram: [upper bound in seconds, or "+Inf"; cumulative rate per second]."""
 
 
