@@ -240,7 +240,10 @@ class FlightRecorder:
         scale_to_zero_env: str | None = None,
         on_error: Callable[[str], None] | None = None,
         on_written: Callable[[], None] | None = None,
+        inline: bool = False,
     ) -> None:
+        """`inline=True` writes every cycle before `record` returns, even inside an event loop: for a virtual
+        clock, whose cycles would otherwise outrun the writer thread and be skipped as busy."""
         if max_bytes <= 0:
             raise ValueError(f"record max bytes must be > 0, got {max_bytes}")
         self.directory = directory
@@ -254,6 +257,7 @@ class FlightRecorder:
         self._seq = 0
         self._logged: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._inline = inline
 
     def record(
         self,
@@ -287,6 +291,8 @@ class FlightRecorder:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            loop = None
+        if loop is None or self._inline:
             self._write_locked(name, payload)
             return
         self._task = loop.create_task(asyncio.to_thread(self._write_locked, name, payload))

@@ -191,7 +191,7 @@ def test_the_simulated_cluster_records_them_through_the_real_reconciler(
 ) -> None:
     """simulate → SimCluster (startup) + the collector's queries over the simulated Prometheus (latency) →
     Reconciler → flight recorder → fixture file → replay and explain."""
-    recorder = FlightRecorder(tmp_path / "ring")
+    recorder = FlightRecorder(tmp_path / "ring", inline=True)  # the virtual clock outruns a writer thread
     recorders: list[Reconciler] = []
 
     def build_with_recorder(cluster: SimCluster, metrics: Any, **kw: Any) -> Reconciler:
@@ -214,6 +214,7 @@ def test_the_simulated_cluster_records_them_through_the_real_reconciler(
     assert recorders
     files = sorted((tmp_path / "ring").glob("cycle-*.json"))
     assert files, recorder.stats
+    assert recorder.stats.skipped_busy == 0, recorder.stats
     latest = json.loads(files[-1].read_text())
     cycle = latest["cycles"][0]
     assert cycle["models"][0]["latency"]["window_s"] == 300.0

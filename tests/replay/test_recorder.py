@@ -164,6 +164,16 @@ async def test_record_never_blocks_the_loop_and_skips_while_busy(tmp_path: Path)
     assert recorder.stats.written >= 1
 
 
+async def test_inline_writes_every_cycle_inside_a_running_loop(tmp_path: Path) -> None:
+    """A virtual clock runs cycles inside an event loop faster than a writer thread: inline keeps every one."""
+    snapshot, result, _ = _one_cycle_doc()
+    recorder = FlightRecorder(tmp_path, inline=True)
+    for i in range(5):
+        recorder.record(snapshot, replace(result, now_s=START_S + i), state_before=engine.EngineState(), configmaps=())
+    assert (recorder.stats.written, recorder.stats.skipped_busy) == (5, 0)
+    assert len(list(tmp_path.glob("cycle-*.json"))) == 5
+
+
 async def test_a_scale_from_zero_wake_is_recorded_and_replays(tmp_path: Path) -> None:
     """Wakes between cycles go through the engine and the flight recorder like cycles (issue 20)."""
     from adapter.domain.ids import VariantKey
