@@ -114,17 +114,25 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"simulate: --seed must be >= 0, got {args.seed}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else None
-    return simulate_main(Path(args.scenario), policy=args.policy, out_dir=out, seed=args.seed)
+    return simulate_main(
+        Path(args.scenario), policy=args.policy, out_dir=out, seed=args.seed, frontier=not args.no_frontier
+    )
 
 
 def _add_simulate(verbs: Any) -> None:
     simulate = verbs.add_parser("simulate", help="a scenario in closed loop on a virtual clock, against an oracle")
     simulate.add_argument("--scenario", required=True, metavar="FILE", help="simulation scenario YAML (DESIGN §3.3)")
     simulate.add_argument(
-        "--policy", help="wva-v1 | wva-v2 | wva-slo | hpa-kv | keda-queue | static (default: the scenario's)"
+        "--policy",
+        help="wva-v1 | wva-v2 | wva-slo | hpa-kv | keda-queue | static | oracle (default: the scenario's)",
     )
     simulate.add_argument("--out", metavar="DIR", help="write a PNG plot here (load, replicas, p99 TTFT/ITL vs SLO)")
     simulate.add_argument("--seed", type=int, metavar="N", help="run seed (default: the scenario's `seed`, else 0)")
+    simulate.add_argument(
+        "--no-frontier",
+        action="store_true",
+        help="skip the search for oracle@99 (oracle99_cost: null); the search plays 5-15 extra runs of the scenario",
+    )
     simulate.set_defaults(func=_simulate)
 
 

@@ -21,8 +21,11 @@ from adapter.domain.errors import ConfigError
 from adapter.metrics.collector import assemble
 from adapter.metrics.queries import ALL_QUERIES, Query, QueryName, QueryWindows, build_queries
 from adapter.sim import scenario as scenario_module
+from adapter.sim.frontier import Frontier, Hint, search
 from adapter.sim.metricspath import SeriesStore
-from adapter.sim.simulate import Clock, Simulation, progress_bar, simulate
+from adapter.sim.oracle import OraclePlan
+from adapter.sim.policies import parse_policy
+from adapter.sim.simulate import Clock, RunOptions, Simulation, oracle_bound, progress_bar, simulate
 
 PLOT_EXTRA_HINT = "pip install 'wva-adapter[sim]'"
 
@@ -74,19 +77,53 @@ def run_scenario(
     policy: str | None = None,
     seed: int | None = None,
     show_progress: TextIO | None = None,
+    options: RunOptions | None = None,
 ) -> Simulation:
     """One simulation with the real metrics path; a progress bar on `show_progress` when it is a terminal."""
     progress = progress_bar(show_progress) if show_progress is not None else None
-    return simulate(scenario, policy=policy, seed=seed, metrics=simulated_prometheus, progress=progress)
+    return simulate(
+        scenario, policy=policy, seed=seed, metrics=simulated_prometheus, progress=progress, options=options
+    )
+
+
+def find_frontier(
+    scenario: scenario_module.Scenario,
+    seed: int,
+    *,
+    bound: OraclePlan | None = None,
+    static: bool = True,
+    hint: Hint | None = None,
+) -> Frontier:
+    """The achievable frontier of (scenario, seed) (adapter.sim.frontier), every candidate played in the loop."""
+    bound = bound or oracle_bound(scenario, seed)
+
+    def runner(policy: str, options: RunOptions) -> Simulation:
+        return simulate(scenario, policy=policy, seed=seed, metrics=simulated_prometheus, options=options)
+
+    return search(scenario, seed, runner=runner, bound=bound, static=static, hint=hint)
 
 
 def main(
-    scenario_path: Path, *, policy: str | None, out_dir: Path | None, seed: int | None, stdout: TextIO = sys.stdout
+    scenario_path: Path,
+    *,
+    policy: str | None,
+    out_dir: Path | None,
+    seed: int | None,
+    frontier: bool = True,
+    stdout: TextIO = sys.stdout,
 ) -> int:
-    """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2)."""
+    """`wva-adapter simulate`: the summary JSON on stdout, the plot into `out_dir`. Raises ConfigError (exit 2).
+    With `frontier` the summary carries `oracle99_cost` (a schedule search; static fleets are not searched
+    here, `make bench-sim` does)."""
     plot = plotter() if out_dir is not None else None  # before minutes of simulation, not after
     scenario = scenario_module.load(scenario_path)
-    sim = run_scenario(scenario, policy=policy, seed=seed, show_progress=sys.stderr)
+    run_seed = scenario.seed if seed is None else seed
+    parse_policy(policy or scenario.policy)  # an unknown policy fails before the frontier's runs
+    options = None
+    if frontier:
+        bound = oracle_bound(scenario, run_seed)
+        options = RunOptions(bound=bound, frontier=find_frontier(scenario, run_seed, bound=bound, static=False))
+    sim = run_scenario(scenario, policy=policy, seed=seed, show_progress=sys.stderr, options=options)
     if plot is not None and out_dir is not None:
         png = plot(sim, out_dir / f"{_file_safe(scenario.name)}-{sim.policy}.png")
         sim.summary["plot"] = str(png)

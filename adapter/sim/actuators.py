@@ -37,7 +37,7 @@ the HPA KEDA creates (minReplicas = max(minReplicaCount, 1)) decides, as above. 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -401,6 +401,74 @@ class DirectActuator:
             if new != _spec(target):
                 out[name] = new
         return out
+
+
+class ScheduleActuator:
+    """The clairvoyant oracle in the loop (`simulate --policy oracle`): a schedule fixed in advance, n_vb
+    replicas of variant v in bin b = [start + b·Δ, start + (b+1)·Δ), actuated on `spec.replicas` directly (no
+    HPA), each replica requested its lead L_v ahead of the first bin that needs it and kept until the last one
+    ends:
+
+        spec_v(t) = max{ n_vb : bin b overlaps [t, t + L_v] }     (bins past the last hold the last count)
+
+    Replicas then start, become ready, drain and are paid like any other pod. Example: Δ 30 s, L 300 s,
+    n = 1 everywhere but 3 in bins 10–13 (300–420 s): spec 3 from t = 300 − 300 = 0 until 420 s, then 1.
+    It acts at every bin boundary and every boundary minus a lead, i.e. wherever spec_v can change.
+    """
+
+    def __init__(
+        self,
+        schedule: Mapping[str, Sequence[int]],
+        *,
+        interval_s: float,
+        leads_s: Mapping[str, float],
+        start_s: float = 0.0,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        for name, row in schedule.items():
+            if not row:
+                raise ValueError(f"schedule of {name!r} is empty")
+            if leads_s.get(name, 0.0) < 0:
+                raise ValueError(f"lead of {name!r} must be >= 0, got {leads_s[name]}")
+        self.schedule = {name: tuple(int(n) for n in row) for name, row in schedule.items()}
+        self.interval_s = interval_s
+        self.leads_s = {name: float(leads_s.get(name, 0.0)) for name in schedule}
+        self.start_s = start_s
+        self._next_s = start_s
+
+    def spec_at(self, name: str, t_s: float) -> int:
+        row = self.schedule[name]
+        return max(row[self._bin(row, t_s) : self._bin(row, t_s + self.leads_s[name]) + 1])
+
+    def _bin(self, row: tuple[int, ...], t_s: float) -> int:
+        return min(max(0, math.floor((t_s - self.start_s) / self.interval_s + 1e-9)), len(row) - 1)
+
+    def next_event_s(self) -> float:
+        return self._next_s
+
+    def step(
+        self, now_s: float, *, desired: Mapping[str, float | None], targets: Mapping[str, ScaleTarget]
+    ) -> dict[str, int]:
+        del desired  # the schedule is fixed in advance
+        if now_s + 1e-9 < self._next_s:
+            return {}
+        self._next_s = self._after(now_s)
+        out: dict[str, int] = {}
+        for name, target in targets.items():
+            if name in self.schedule:
+                spec = self.spec_at(name, now_s)
+                if spec != _spec(target):
+                    out[name] = spec
+        return out
+
+    def _after(self, now_s: float) -> float:
+        """The first change point after `now_s`: a bin boundary, or a bin boundary minus some lead."""
+        best = math.inf
+        for lead in {0.0, *self.leads_s.values()}:
+            k = math.floor((now_s + lead - self.start_s) / self.interval_s + 1e-9) + 1
+            best = min(best, self.start_s + k * self.interval_s - lead)
+        return best
 
 
 def actuator_from_spec(

@@ -445,6 +445,8 @@ class SimulatedFleet:
         self._c_var: list[int] = []
         self._d_arrival: list[float] = []
         self._d_reason: list[str] = []
+        self._slo: tuple[float, float] | None = None
+        self._misses = 0
         self._retired_preemptions = 0
         self._gone_replica_s = [0.0] * len(self._variants)
         self._max_live = [0] * len(self._variants)
@@ -924,7 +926,23 @@ class SimulatedFleet:
         assert best is not None
         best.enqueue(req)
 
+    def watch_slo(self, *, ttft_s: float, itl_s: float) -> None:
+        """Count, from now on, the requests that miss either target as they finish or are dropped (`misses`):
+        for a caller that stops a run as soon as it can no longer reach an attainment goal."""
+        self._slo = (ttft_s, itl_s)
+
+    @property
+    def misses(self) -> int:
+        """Finished requests that missed a target plus dropped ones, since `watch_slo` (0 without it)."""
+        return self._misses
+
     def _record_completion(self, req: SimRequest, done_s: float, vi: int) -> None:
+        if self._slo is not None:
+            ttft_s, itl_s = self._slo
+            tokens = req.output_tokens
+            itl = (done_s - req.first_token_s) / (tokens - 1) if tokens > 1 else 0.0
+            if req.first_token_s - req.arrival_s > ttft_s or itl > itl_s:
+                self._misses += 1
         self._c_arrival.append(req.arrival_s)
         self._c_first.append(req.first_token_s)
         self._c_done.append(done_s)
@@ -933,6 +951,8 @@ class SimulatedFleet:
         self._c_var.append(vi)
 
     def _record_drop(self, req: SimRequest, _t_s: float, reason: str) -> None:
+        if self._slo is not None:
+            self._misses += 1
         self._d_arrival.append(req.arrival_s)
         self._d_reason.append(reason)
 

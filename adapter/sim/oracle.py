@@ -34,6 +34,7 @@ Conventions, stated:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from adapter.analyzers.queueing.model import (
 )
 from adapter.domain.errors import ModelError
 from adapter.sim.replica import PerfParams
-from adapter.sim.workload import Request
+from adapter.sim.workload import Request, RequestTable
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -91,6 +92,13 @@ class Demand:
     def bins(self) -> int:
         return int(self.rate_rps.size)
 
+    def scaled(self, headroom: float) -> Demand:
+        """The same bins with every rate × `headroom` (the frontier search's knob: capacity bought ahead of
+        the mean, for the tail). Example: 3 req/s × 1.25 = 3.75 req/s."""
+        if not (headroom > 0 and math.isfinite(headroom)):
+            raise ValueError(f"headroom must be a finite number > 0, got {headroom}")
+        return Demand(self.interval_s, self.rate_rps * headroom, self.input_tokens, self.output_tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class OraclePlan:
@@ -109,17 +117,14 @@ def demand_bins(requests: Iterable[Request], *, duration_s: float, interval_s: f
     is over its own length). Example: 90 requests in [0, 30) ⇒ rate 3 req/s."""
     if interval_s <= 0 or duration_s <= 0:
         raise ValueError("duration_s and interval_s must be > 0")
+    if not isinstance(requests, RequestTable):
+        requests = RequestTable.of(itertools.takewhile(lambda r: r.arrival_s < duration_s, requests))
     bins = max(1, math.ceil(duration_s / interval_s - 1e-9))
-    count = np.zeros(bins)
-    tokens_in = np.zeros(bins)
-    tokens_out = np.zeros(bins)
-    for request in requests:
-        if request.arrival_s >= duration_s:
-            break
-        b = min(int(request.arrival_s // interval_s), bins - 1)
-        count[b] += 1
-        tokens_in[b] += request.input_tokens
-        tokens_out[b] += request.output_tokens
+    inside = requests.arrival_s < duration_s
+    index = np.minimum((requests.arrival_s[inside] // interval_s).astype(np.int64), bins - 1)
+    count = np.bincount(index, minlength=bins).astype(np.float64)
+    tokens_in = np.bincount(index, weights=requests.input_tokens[inside].astype(np.float64), minlength=bins)
+    tokens_out = np.bincount(index, weights=requests.output_tokens[inside].astype(np.float64), minlength=bins)
     lengths = np.full(bins, interval_s)
     lengths[-1] = duration_s - interval_s * (bins - 1)
     with np.errstate(invalid="ignore", divide="ignore"):

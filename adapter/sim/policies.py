@@ -11,6 +11,8 @@ the baselines a user would otherwise configure.
 | `hpa-kv`     | an HPA per variant on the pods' KV-cache utilisation, AverageValue target 0.7                  |
 | `keda-queue` | a KEDA ScaledObject per variant on the pods' waiting requests, AverageValue target 5          |
 | `static`     | nothing scales: the initial replicas stay                                                     |
+| `oracle`     | the clairvoyant schedule (adapter.sim.oracle) set on spec.replicas, each replica requested its |
+|              | variant's p90 startup ahead (adapter.sim.actuators.ScheduleActuator): measured, not assumed   |
 
 The ConfigMaps the `wva-*` policies produce are checked with the engine's own selection
 (`adapter.analyzers.registry.choose`): a policy the engine would not honour is a `PolicyError` (exit 2), never
@@ -54,6 +56,7 @@ class Policy(StrEnum):
     HPA_KV = "hpa-kv"
     KEDA_QUEUE = "keda-queue"
     STATIC = "static"
+    ORACLE = "oracle"
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)

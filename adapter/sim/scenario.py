@@ -18,6 +18,7 @@ Every problem is a `ConfigError` whose message names the file and the key (e.g.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from adapter.domain.ids import ModelKey
 from adapter.sim.fleet import FleetConfig, StartupTime, VariantConfig
 from adapter.sim.replica import PerfParams
 from adapter.sim.workload import (
+    RequestTable,
     SyntheticWorkload,
     TraceFormatError,
     TraceWorkload,
@@ -52,7 +54,7 @@ MAX_BINS = 20_160
 """Engine intervals per run (a week at 30 s): bounds the run and the oracle's program."""
 MAX_STEPS = 10_000
 MAX_CONFIGMAPS = 32
-POLICY_NAMES = ("wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static")
+POLICY_NAMES = ("wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static", "oracle")
 """`adapter.sim.policies.Policy` (repeated here so the schema does not import the engine)."""
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
@@ -219,7 +221,7 @@ class ScenarioSpec(_Strict):
     )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     engine: EngineSpec = Field(default_factory=EngineSpec)
-    policy: Literal["wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static"] = "wva-v1"
+    policy: Literal["wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static", "oracle"] = "wva-v1"
     configmaps: list[ConfigMapSpec] = Field(default_factory=list, max_length=MAX_CONFIGMAPS)
     """The mapping form `{name: data}` (controller namespace) is turned into this list form before validation."""
 
@@ -234,6 +236,10 @@ class ScenarioSpec(_Strict):
                 f"the limit is {MAX_BINS}"
             )
         return self
+
+
+REQUEST_CACHE = 8
+_REQUESTS: dict[tuple[str, str, float | None, int], RequestTable] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +284,19 @@ class Scenario:
         spec = dict(self.raw["workload"])
         spec["seed"] = int(spec.get("seed", 0)) + run_seed
         return workload_from_spec(spec, base_dir=self.base_dir, duration_s=self.duration_s)
+
+    def requests(self, *, run_seed: int = 0) -> RequestTable:
+        """The workload of `run_seed`, read once into arrays and kept (the last `REQUEST_CACHE` distinct
+        (scenario, seed) pairs): `simulate` feeds the same requests to the fleet and the oracle, and the
+        frontier search replays them many times."""
+        key = (json.dumps(self.raw, sort_keys=True, default=str), str(self.base_dir), self.duration_s, run_seed)
+        table = _REQUESTS.get(key)
+        if table is None:
+            table = RequestTable.of(self.workload(run_seed=run_seed))
+            _REQUESTS[key] = table
+            while len(_REQUESTS) > REQUEST_CACHE:
+                _REQUESTS.pop(next(iter(_REQUESTS)))
+        return table
 
     def effective_duration_s(self) -> float:
         """`duration_s`, else the trace's length; a synthetic workload without one runs an hour."""

@@ -34,19 +34,20 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
 from adapter.domain.decision import CycleResult
 from adapter.reconciler.loop import Reconciler
 from adapter.reconciler.ports import MetricsSource
-from adapter.sim.actuators import Actuator, actuator_from_spec
-from adapter.sim.fleet import SimulatedFleet
+from adapter.sim.actuators import Actuator, ScheduleActuator, actuator_from_spec
+from adapter.sim.fleet import SimulatedFleet, StartupTime
 from adapter.sim.metricspath import SeriesStore
-from adapter.sim.oracle import OraclePlan, OracleVariant, oracle
+from adapter.sim.oracle import Demand, OraclePlan, OracleVariant, capacities, demand_bins, plan
 from adapter.sim.pipeline import SimCluster, build_reconciler
 from adapter.sim.policies import (
     POLICIES,
@@ -60,6 +61,9 @@ from adapter.sim.policies import (
 from adapter.sim.scenario import Scenario
 from adapter.store import DecisionStore
 
+if TYPE_CHECKING:
+    from adapter.sim.frontier import Frontier
+
 __all__ = ["POLICIES", "START_S", "Clock", "MetricsFactory", "Simulation", "progress_bar", "run", "simulate"]
 
 SCHEMA = "wva-sim-summary/v1"
@@ -70,6 +74,8 @@ DRAIN_LIMIT_S = 900.0
 WAKE_INTERVAL_S = 0.1
 """Scale-from-zero poll while every variant is at zero (upstream's 100 ms)."""
 PROGRESS_STEP_S = 60.0
+DEFAULT_LEAD_QUANTILE = 0.9
+"""`oracle` policy: replicas are requested the p90 of their startup time ahead (issue 17: the scenario's p90)."""
 
 
 class Clock:
@@ -98,6 +104,29 @@ class Simulation:
     end_s: float
     cycles: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     """(time, desired replicas per variant) of every engine cycle (wva-* policies)."""
+    schedule: ScheduleActuator | None = None
+    """The oracle policy's actuation (the clairvoyant schedule and its leads); None for other policies."""
+    stopped_early: bool = False
+    """True when the run stopped once more requests had missed than `RunOptions.max_misses` allows."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What the frontier search varies between runs of one scenario (adapter.sim.frontier); the defaults are
+    a plain `simulate` run."""
+
+    bound: OraclePlan | None = None
+    """The oracle bound of this (scenario, seed) when the caller has it already (it is the same every run)."""
+    schedule: OraclePlan | None = None
+    """`oracle` policy: the schedule to actuate (default: the bound's, the demand at headroom 1)."""
+    lead_quantile: float = DEFAULT_LEAD_QUANTILE
+    """`oracle` policy: each replica is requested this quantile of its variant's startup time ahead."""
+    fleet: Mapping[str, int] | None = None
+    """`static` policy: the replicas to hold (default: each variant's initial replicas), within its bounds."""
+    max_misses: int | None = None
+    """Stop as soon as more requests than this have missed a target (a run that can no longer reach a goal)."""
+    frontier: Frontier | None = None
+    """Adds `oracle99_cost` and `cost_ratio_vs_oracle99` (and the frontier's details) to the summary."""
 
 
 def simulate(
@@ -107,9 +136,10 @@ def simulate(
     seed: int | None = None,
     metrics: MetricsFactory | None = None,
     progress: Callable[[float], None] | None = None,
+    options: RunOptions | None = None,
 ) -> Simulation:
     """Run one scenario with one policy (see `run`); blocking."""
-    return asyncio.run(run(scenario, policy=policy, seed=seed, metrics=metrics, progress=progress))
+    return asyncio.run(run(scenario, policy=policy, seed=seed, metrics=metrics, progress=progress, options=options))
 
 
 async def run(
@@ -119,23 +149,40 @@ async def run(
     seed: int | None = None,
     metrics: MetricsFactory | None = None,
     progress: Callable[[float], None] | None = None,
+    options: RunOptions | None = None,
 ) -> Simulation:
     """The closed loop of the module docstring. `policy` defaults to the scenario's; a `wva-*` policy needs
     `metrics`. Raises PolicyError (a ConfigError) for a policy that cannot run."""
     started = time.perf_counter()
+    options = options or RunOptions()
     chosen = parse_policy(policy or scenario.policy)
     run_seed = scenario.seed if seed is None else seed
     if is_wva(chosen) and metrics is None:
         raise ValueError(f"policy {chosen} needs a metrics factory (adapter.app.simulate provides it)")
-    loop = _Loop(scenario, chosen, run_seed, metrics)
     duration_s = scenario.effective_duration_s()
-    await loop.play(START_S + duration_s, progress)
+    bound = options.bound or oracle_bound(scenario, run_seed)
+    loop = _Loop(scenario, chosen, run_seed, metrics, options=options, bound=bound)
+    if options.max_misses is not None:
+        slo = scenario.slo
+        loop.fleet.watch_slo(ttft_s=slo.ttft_ms / 1000.0, itl_s=slo.itl_ms / 1000.0)
+    stopped = await loop.play(START_S + duration_s, progress, max_misses=options.max_misses)
     usage = loop.fleet.usage()
-    loop.drain(START_S + duration_s + DRAIN_LIMIT_S)
+    if not stopped:
+        loop.drain(START_S + duration_s + DRAIN_LIMIT_S)
     if progress is not None:
         progress(1.0)
-    config = loop.fleet.config
-    variants = [
+    sim = Simulation(
+        {}, scenario, chosen, loop.fleet, bound, START_S, START_S + duration_s, loop.cycles, loop.schedule, stopped
+    )
+    wall_s = time.perf_counter() - started
+    sim.summary = _summary(sim, usage, run_seed, duration_s, loop.analyzers, frontier=options.frontier, wall_s=wall_s)
+    return sim
+
+
+def oracle_variants(scenario: Scenario) -> list[OracleVariant]:
+    """The scenario's variants as the oracle sees them (cost, bounds, median startup, replica model)."""
+    config = scenario.fleet_config(start_s=START_S)
+    return [
         OracleVariant(
             v.name,
             v.cost,
@@ -147,29 +194,62 @@ async def run(
         )
         for v in config.variants
     ]
-    plan = oracle(
-        scenario.workload(run_seed=run_seed),
-        variants,
-        duration_s=duration_s,
+
+
+def oracle_demand(scenario: Scenario, seed: int) -> Demand:
+    """The run's demand per engine interval, from the same requests the fleet is offered."""
+    return demand_bins(
+        scenario.requests(run_seed=seed),
+        duration_s=scenario.effective_duration_s(),
         interval_s=scenario.engine_interval_s,
-        ttft_ms=scenario.slo.ttft_ms,
-        itl_ms=scenario.slo.itl_ms,
     )
-    sim = Simulation({}, scenario, chosen, loop.fleet, plan, START_S, START_S + duration_s, loop.cycles)
-    sim.summary = _summary(sim, usage, run_seed, duration_s, loop.analyzers, wall_s=time.perf_counter() - started)
-    return sim
+
+
+def oracle_bound(scenario: Scenario, seed: int, *, headroom: float = 1.0) -> OraclePlan:
+    """The clairvoyant schedule for the demand × `headroom` (DESIGN §3.3; `oracle_cost` at headroom 1)."""
+    variants = oracle_variants(scenario)
+    demand = oracle_demand(scenario, seed)
+    capacity = capacities(variants, demand, ttft_ms=scenario.slo.ttft_ms, itl_ms=scenario.slo.itl_ms)
+    return plan(variants, demand.scaled(headroom) if headroom != 1.0 else demand, capacity)
+
+
+def startup_quantile_s(startup: StartupTime, quantile: float) -> float:
+    """The `quantile` of a variant's lognormal startup time: median · exp(σ · z_q). Example: median 120 s,
+    p90 300 s (σ 0.715): q 0.9 ⇒ 300 s; q 0.5 ⇒ 120 s; q 0.99 ⇒ 120 · e^(0.715 · 2.326) = 632 s."""
+    if not 0.0 < quantile < 1.0:
+        raise ValueError(f"lead quantile must be in (0, 1), got {quantile}")
+    return startup.median_s * math.exp(startup.sigma * NormalDist().inv_cdf(quantile))
 
 
 class _Loop:
     """The fleet, the simulated Prometheus and the policy's controller, stepped from event to event."""
 
-    def __init__(self, scenario: Scenario, policy: Policy, seed: int, metrics: MetricsFactory | None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: Policy,
+        seed: int,
+        metrics: MetricsFactory | None,
+        *,
+        options: RunOptions,
+        bound: OraclePlan,
+    ) -> None:
         config = scenario.fleet_config(start_s=START_S, seed=seed)
+        if policy is Policy.STATIC and options.fleet is not None:
+            held = options.fleet
+            config = replace(
+                config,
+                variants=tuple(
+                    replace(v, initial_replicas=min(max(held.get(v.name, v.initial_replicas), v.min_replicas),
+                                                    v.max_replicas))
+                    for v in config.variants
+                ),
+            )  # fmt: skip
         retention_s = max(scenario.configmaps.scale_to_zero(scenario.model)[0].retention_period_s, 600.0)
         self.series = SeriesStore(
             namespace=config.namespace, model_id=config.model_id, keep_s=retention_s + 4 * config.scrape_interval_s
         )
-        self.fleet = SimulatedFleet(config, scenario.workload(run_seed=seed), scrape_sink=self.series)
+        self.fleet = SimulatedFleet(config, scenario.requests(run_seed=seed), scrape_sink=self.series)
         self.scenario = scenario
         self.policy = policy
         self.names = tuple(v.name for v in config.variants)
@@ -177,6 +257,7 @@ class _Loop:
         self.decisions = DecisionStore()
         self.reconciler: Reconciler | None = None
         self.actuator: Actuator | None = None
+        self.schedule: ScheduleActuator | None = None
         self.analyzers: Counter[str] = Counter()
         self.cycles: list[tuple[float, dict[str, int]]] = []
         bounds = {v.name: (v.min_replicas, v.max_replicas) for v in config.variants}
@@ -196,13 +277,27 @@ class _Loop:
                 clock=self.clock,
             )
             self.actuator = actuator_from_spec(scenario.actuation, bounds=bounds, start_s=START_S)
+        elif policy is Policy.ORACLE:
+            schedule = options.schedule or bound
+            self.schedule = ScheduleActuator(
+                {v.name: schedule.replicas[i].tolist() for i, v in enumerate(config.variants)},
+                interval_s=scenario.engine_interval_s,
+                leads_s={v.name: startup_quantile_s(v.startup, options.lead_quantile) for v in config.variants},
+                start_s=START_S,
+            )
+            self.actuator = self.schedule
         elif policy is not Policy.STATIC:
             self.actuator = baseline_actuator(policy, scenario.actuation, bounds=bounds, start_s=START_S)
 
-    async def play(self, end_s: float, progress: Callable[[float], None] | None) -> None:
-        """From the start to `end_s`: engine cycles, wake polls and actuator syncs as they fall due."""
+    async def play(
+        self, end_s: float, progress: Callable[[float], None] | None, *, max_misses: int | None = None
+    ) -> bool:
+        """From the start to `end_s`: engine cycles, wake polls and actuator syncs as they fall due. Returns
+        True when it stopped early because more than `max_misses` requests had missed a target."""
         next_engine_s = START_S if self.reconciler is not None else math.inf
         while self.clock.now_s < end_s:
+            if max_misses is not None and self.fleet.misses > max_misses:
+                return True
             now = self.clock.now_s
             wake_s = now + WAKE_INTERVAL_S if self.reconciler is not None and self._idle() else math.inf
             actuator_s = self.actuator.next_event_s() if self.actuator is not None else math.inf
@@ -220,6 +315,7 @@ class _Loop:
             self._actuate(t)
             if progress is not None:
                 progress((t - START_S) / (end_s - START_S))
+        return False
 
     def _record(self, result: CycleResult | None) -> None:
         if result is None:
@@ -234,6 +330,8 @@ class _Loop:
         desired: dict[str, float | None]
         if self.reconciler is not None:  # the served wva_desired_replicas (HPA target AverageValue 1)
             desired = {e.key.name: float(e.desired_replicas) for e in self.decisions.list()}
+        elif self.schedule is not None:
+            desired = {}
         else:
             desired = baseline_metric(self.policy, self.series, self.names, now_s=now_s)
         targets = {name: self.fleet.scale_target(name) for name in self.names}
@@ -257,6 +355,7 @@ def _summary(
     duration_s: float,
     analyzers: Counter[str],
     *,
+    frontier: Frontier | None,
     wall_s: float,
 ) -> dict[str, Any]:
     outcomes = sim.fleet.outcomes()
@@ -270,6 +369,7 @@ def _summary(
         reasons["unfinished"] = unfinished
     cost = float(usage.cost)
     oracle_cost = float(sim.oracle.cost)
+    oracle99 = frontier.oracle99.cost if frontier is not None and frontier.oracle99 is not None else None
     return {
         "schema": SCHEMA,
         "scenario": sim.scenario.name,
@@ -288,6 +388,8 @@ def _summary(
         "cost": round(cost, 6),
         "oracle_cost": round(oracle_cost, 6),
         "cost_ratio_vs_oracle": round(cost / oracle_cost, 4) if oracle_cost > 0 else None,
+        "oracle99_cost": None if oracle99 is None else round(oracle99, 6),
+        "cost_ratio_vs_oracle99": round(cost / oracle99, 4) if oracle99 else None,
         "scale_events": sum(v.scale_events for v in usage.variants),
         "replicas_max": {v.name: int(v.max_replicas) for v in usage.variants},
         "wall_s": round(wall_s, 3),
@@ -297,6 +399,7 @@ def _summary(
         "analyzer_cycles": dict(sorted(analyzers.items())),
         "oracle_infeasible_bins": sim.oracle.infeasible_bins,
         "preemptions": int(usage.preemptions),
+        "frontier": None if frontier is None else frontier.as_dict(),
     }
 
 

@@ -14,22 +14,26 @@ Token lengths are lognormal around a given mean: for mean m and shape σ, μ = l
 E[X] = exp(μ + σ²/2) = m. Example: m = 1000, σ = 0.5 ⇒ μ = 6.7828, median exp(μ) ≈ 882, mean 1000.
 Draws are rounded and clipped to [1, max_tokens].
 
-Traces: Azure LLM 2023 CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`) and Mooncake JSONL (`timestamp` ms,
-`input_length`, `output_length`). They are read line by line (never the whole file); a malformed row raises
-`TraceFormatError` whose message starts with `path:line:`.
+Traces (examples/traces/README.md): Azure LLM 2023 CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`), plain CSV
+(`timestamp_s,input_tokens,output_tokens`; a CSV's format is told by its header) and Mooncake JSONL (`timestamp`
+ms, `input_length`, `output_length`), each optionally gzip-compressed (`.gz`). They are read line by line (never
+the whole file); a malformed row raises `TraceFormatError` whose message starts with `path:line:` and names the
+column or key.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import heapq
 import json
 import math
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +54,41 @@ class Request:
     arrival_s: float
     input_tokens: int
     output_tokens: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RequestTable:
+    """A workload read once into arrays, so that several consumers (the fleet, the oracle, the frontier
+    search's many runs) share one pass over a trace or generator. Iterating it yields `Request`s in order.
+
+    Memory: 24 bytes a request (an hour of the Azure conversation trace ×4, 77,312 requests: 1.9 MB).
+    """
+
+    arrival_s: FloatArray
+    input_tokens: npt.NDArray[np.int64]
+    output_tokens: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, requests: Iterable[Request]) -> RequestTable:
+        arrival: list[float] = []
+        n_in: list[int] = []
+        n_out: list[int] = []
+        for r in requests:
+            arrival.append(r.arrival_s)
+            n_in.append(r.input_tokens)
+            n_out.append(r.output_tokens)
+        return cls(
+            np.asarray(arrival, dtype=np.float64), np.asarray(n_in, dtype=np.int64), np.asarray(n_out, dtype=np.int64)
+        )
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.size)
+
+    def __iter__(self) -> Iterator[Request]:
+        for t, i, o in zip(
+            self.arrival_s.tolist(), self.input_tokens.tolist(), self.output_tokens.tolist(), strict=True
+        ):
+            yield Request(t, i, o)
 
 
 class TraceFormatError(ValueError):
@@ -299,20 +338,64 @@ class TraceWorkload:
         )
 
 
+TRACE_FORMATS = ("azure-csv", "plain-csv", "mooncake-jsonl")
+"""The trace formats `read_trace_rows` understands (examples/traces/README.md)."""
+_READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error)
+"""What reading a trace can raise: I/O, a truncated or corrupt gzip stream, bytes that are not UTF-8, bad CSV."""
+_AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_PLAIN_HEADER = ("timestamp_s", "input_tokens", "output_tokens")
+
+
 def trace_format(path: Path) -> str:
-    """`azure-csv` or `mooncake-jsonl`, by extension."""
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        return "azure-csv"
+    """`azure-csv`, `plain-csv` or `mooncake-jsonl`: JSONL by extension; a CSV by its header line (a `.gz`
+    suffix is looked through). Raises TraceFormatError naming the file when neither fits."""
+    name = path.name.lower().removesuffix(".gz")
+    suffix = Path(name).suffix
     if suffix in (".jsonl", ".json", ".ndjson"):
         return "mooncake-jsonl"
-    raise TraceFormatError(f"{path}: unknown trace format (expected an Azure .csv or a Mooncake .jsonl)")
+    if suffix != ".csv":
+        raise TraceFormatError(
+            f"{path}: unknown trace format (expected an Azure or plain .csv, or a Mooncake .jsonl; .gz allowed)"
+        )
+    with _open_text(path) as handle:
+        try:
+            header = next(csv.reader(handle), None)
+        except _READ_ERRORS as exc:
+            raise TraceFormatError(f"{path}:1: unreadable: {_excerpt(str(exc))}") from None
+    if header is None:
+        raise TraceFormatError(f"{path}:1: empty file (expected a CSV header)")
+    names = tuple(h.strip() for h in header[:3])
+    if names == _AZURE_HEADER:
+        return "azure-csv"
+    if names == _PLAIN_HEADER:
+        return "plain-csv"
+    raise TraceFormatError(
+        f"{path}:1: header {_excerpt(','.join(header))!r} is neither {','.join(_AZURE_HEADER)} (Azure) "
+        f"nor {','.join(_PLAIN_HEADER)} (plain)"
+    )
 
 
 def read_trace_rows(path: Path) -> Iterator[Request]:
     """Raw rows of a trace, arrival_s relative to the first row, unscaled, in file order."""
     kind = trace_format(path)
-    return read_azure_csv(path) if kind == "azure-csv" else read_mooncake_jsonl(path)
+    if kind == "mooncake-jsonl":
+        return read_mooncake_jsonl(path)
+    return read_azure_csv(path) if kind == "azure-csv" else read_plain_csv(path)
+
+
+def _open_text(path: Path) -> TextIO:
+    """The file as text (UTF-8; through gzip for `.gz`); TraceFormatError naming the file when it cannot be
+    opened."""
+    try:
+        if path.name.lower().endswith(".gz"):
+            return gzip.open(path, "rt", encoding="utf-8", newline="")
+        return path.open(encoding="utf-8", newline="")
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot open trace: {exc.strerror or exc}") from exc
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def load_trace(
@@ -392,54 +475,92 @@ def _rescale_rate(rows: Iterable[Request], *, rate_scale: float, seed: int, jitt
         yield heapq.heappop(heap)[2]
 
 
-_AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-
-
 def read_azure_csv(path: Path) -> Iterator[Request]:
     """Azure LLM inference trace (2023/2024): `TIMESTAMP,ContextTokens,GeneratedTokens`, sorted by time.
 
     Timestamps without a zone are read as UTC (the offset from the first row is all that matters); Python
     keeps 6 fractional digits, so the 7th (100 ns) is dropped.
     """
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot open trace: {exc.strerror or exc}") from exc
-    with handle:
+    first: list[datetime] = []
+
+    def offset_s(text: str, line: int) -> float:
+        stamp = _parse_timestamp(text, path=path, line=line)
+        if not first:
+            first.append(stamp)
+        return (stamp - first[0]).total_seconds()
+
+    return _read_csv(path, _AZURE_HEADER, offset_s)
+
+
+def read_plain_csv(path: Path) -> Iterator[Request]:
+    """Plain CSV: `timestamp_s,input_tokens,output_tokens`, times in seconds (offsets from the first row).
+
+    Example: rows `10,512,128` and `10.5,1024,64` ⇒ requests at 0 s and 0.5 s.
+    """
+    first: list[float] = []
+
+    def offset_s(text: str, line: int) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            raise TraceFormatError(
+                f"{path}:{line}: column timestamp_s: must be a finite number of seconds >= 0, got {_excerpt(text)!r}"
+            )
+        if not first:
+            first.append(value)
+        return value - first[0]
+
+    return _read_csv(path, _PLAIN_HEADER, offset_s)
+
+
+def _read_csv(path: Path, header: tuple[str, str, str], offset_s: Callable[[str, int], float]) -> Iterator[Request]:
+    """Rows of a three-column CSV trace whose first line is `header`; `offset_s(cell, line)` reads the time."""
+    with _open_text(path) as handle:
         reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise TraceFormatError(f"{path}:1: empty file (expected header {','.join(_AZURE_HEADER)})")
-        if tuple(h.strip() for h in header[:3]) != _AZURE_HEADER:
-            raise TraceFormatError(f"{path}:1: header {header!r} is not {','.join(_AZURE_HEADER)}")
-        first: datetime | None = None
+        try:
+            first_row = next(reader, None)
+        except _READ_ERRORS as exc:
+            raise TraceFormatError(f"{path}:1: unreadable: {_excerpt(str(exc))}") from None
+        if first_row is None:
+            raise TraceFormatError(f"{path}:1: empty file (expected header {','.join(header)})")
+        if tuple(h.strip() for h in first_row[:3]) != header:
+            raise TraceFormatError(f"{path}:1: header {_excerpt(','.join(first_row))!r} is not {','.join(header)}")
         last_s = 0.0
-        for fields in reader:
+        while True:
+            try:
+                fields = next(reader, None)
+            except _READ_ERRORS as exc:
+                raise TraceFormatError(f"{path}:{reader.line_num + 1}: unreadable: {_excerpt(str(exc))}") from None
+            if fields is None:
+                return
             line = reader.line_num
             if not fields or all(not f.strip() for f in fields):
                 continue
             if len(fields) < 3:
-                raise TraceFormatError(f"{path}:{line}: expected 3 columns, got {len(fields)}: {fields!r}")
-            stamp = _parse_timestamp(fields[0], path=path, line=line)
-            if first is None:
-                first = stamp
-            offset_s = (stamp - first).total_seconds()
-            n_in = _parse_tokens(fields[1], column="ContextTokens", path=path, line=line)
-            n_out = _parse_tokens(fields[2], column="GeneratedTokens", path=path, line=line)
-            last_s = _check_order(offset_s, last_s, path=path, line=line)
-            yield Request(offset_s, n_in, n_out)
+                raise TraceFormatError(f"{path}:{line}: expected 3 columns, got {len(fields)}")
+            t_s = offset_s(fields[0], line)
+            n_in = _parse_tokens(fields[1], column=header[1], path=path, line=line)
+            n_out = _parse_tokens(fields[2], column=header[2], path=path, line=line)
+            last_s = _check_order(t_s, last_s, path=path, line=line)
+            yield Request(t_s, n_in, n_out)
 
 
 def read_mooncake_jsonl(path: Path) -> Iterator[Request]:
     """Mooncake trace: one JSON object per line with `timestamp` (ms), `input_length`, `output_length`."""
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot open trace: {exc.strerror or exc}") from exc
-    with handle:
+    with _open_text(path) as handle:
         first_ms: float | None = None
         last_s = 0.0
-        for line_no, text in enumerate(handle, start=1):
+        line_no = 0
+        while True:
+            try:
+                text = handle.readline()
+            except _READ_ERRORS as exc:
+                raise TraceFormatError(f"{path}:{line_no + 1}: unreadable: {_excerpt(str(exc))}") from None
+            if not text:
+                return
+            line_no += 1
             if not text.strip():
                 continue
             try:
@@ -471,14 +592,16 @@ def _parse_timestamp(text: str, *, path: Path, line: int) -> datetime:
     try:
         stamp = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise TraceFormatError(f"{path}:{line}: TIMESTAMP {text!r} is not 'YYYY-MM-DD HH:MM:SS[.f]'") from None
+        raise TraceFormatError(
+            f"{path}:{line}: column TIMESTAMP: {_excerpt(text)!r} is not 'YYYY-MM-DD HH:MM:SS[.f]'"
+        ) from None
     return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
 
 
 def _parse_tokens(value: object, *, column: str, path: Path, line: int) -> int:
     """A non-negative token count; 0 is read as 1 (vLLM always processes at least one token)."""
     if isinstance(value, bool):
-        raise TraceFormatError(f"{path}:{line}: {column} must be an integer, got {value!r}")
+        raise TraceFormatError(f"{path}:{line}: column {column}: must be an integer, got {value!r}")
     try:
         if isinstance(value, int):
             count = value
@@ -489,9 +612,10 @@ def _parse_tokens(value: object, *, column: str, path: Path, line: int) -> int:
         else:
             raise ValueError
     except ValueError:
-        raise TraceFormatError(f"{path}:{line}: {column} must be an integer, got {value!r}") from None
+        shown = _excerpt(value) if isinstance(value, str) else value
+        raise TraceFormatError(f"{path}:{line}: column {column}: must be an integer, got {shown!r}") from None
     if count < 0:
-        raise TraceFormatError(f"{path}:{line}: {column} must be >= 0, got {count}")
+        raise TraceFormatError(f"{path}:{line}: column {column}: must be >= 0, got {count}")
     return max(1, count)
 
 
@@ -500,7 +624,7 @@ def _json_number(obj: Mapping[str, Any], key: str, *, path: Path, line: int) -> 
         raise TraceFormatError(f"{path}:{line}: missing key {key!r}")
     value = obj[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TraceFormatError(f"{path}:{line}: {key} must be a number, got {value!r}")
+        raise TraceFormatError(f"{path}:{line}: key {key}: must be a number, got {_excerpt(repr(value))}")
     return float(value)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import math
 from pathlib import Path
@@ -27,11 +28,11 @@ from adapter.sim.workload import (
     workload_from_spec,
 )
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
-AZURE_CONV = TRACES / "azure_llm_2023_conv.csv"
-AZURE_CODE = TRACES / "azure_llm_2023_code.csv"
-MOONCAKE_CONV = TRACES / "mooncake_conversation_trace.jsonl"
-MOONCAKE_SYN = TRACES / "mooncake_synthetic_trace.jsonl"
+TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+AZURE_CONV = TRACES / "azure_llm_2023_conv.csv.gz"
+AZURE_CODE = TRACES / "azure_llm_2023_code.csv.gz"
+MOONCAKE_CONV = TRACES / "mooncake_conversation_trace.jsonl.gz"
+MOONCAKE_SYN = TRACES / "mooncake_synthetic_trace.jsonl.gz"
 
 
 def _expected_count(process: object, t0: float, t1: float) -> float:
@@ -225,6 +226,7 @@ def test_loading_is_streamed(tmp_path: Path) -> None:
 
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+PLAIN_HEADER = "timestamp_s,input_tokens,output_tokens\n"
 GOOD_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
 
 
@@ -264,6 +266,14 @@ GOOD_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
             id="jsonl-bad-timestamp",
         ),
         pytest.param("m.jsonl", "\n[1, 2]\n", 2, "JSON object", id="jsonl-not-object"),
+        pytest.param("p.csv", PLAIN_HEADER + "0,5,2\n1.5,x,2\n", 3, "column input_tokens", id="plain-bad-int"),
+        pytest.param("p.csv", PLAIN_HEADER + "0,5,2\nsoon,5,2\n", 3, "column timestamp_s", id="plain-bad-time"),
+        pytest.param("p.csv", PLAIN_HEADER + "nan,5,2\n", 2, "column timestamp_s", id="plain-nan-time"),
+        pytest.param("p.csv", PLAIN_HEADER + "-1,5,2\n", 2, "column timestamp_s", id="plain-negative-time"),
+        pytest.param("p.csv", PLAIN_HEADER + "0,5,-2\n", 2, "column output_tokens", id="plain-negative-tokens"),
+        pytest.param("p.csv", PLAIN_HEADER + "3,5,2\n1,5,2\n", 3, "backwards", id="plain-unsorted"),
+        pytest.param("p.csv", PLAIN_HEADER + "3,5\n", 2, "3 columns", id="plain-short-row"),
+        pytest.param("p.csv", "timestamp_s;input_tokens;output_tokens\n0;1;1\n", 1, "neither", id="plain-semicolons"),
         pytest.param(
             "m.jsonl",
             '{"timestamp": 0, "input_length": 2.5, "output_length": 1}\n',
@@ -283,6 +293,38 @@ def test_malformed_rows_name_file_and_line(tmp_path: Path, name: str, text: str,
     assert fragment in message
 
 
+def test_plain_csv_offsets_from_the_first_row(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(PLAIN_HEADER + "10,512,128\n10.5,1024,0\n\n12,1,1\n")
+    rows = list(load_trace(path))
+    assert [(r.arrival_s, r.input_tokens, r.output_tokens) for r in rows] == [
+        (0.0, 512, 128),
+        (0.5, 1024, 1),
+        (2.0, 1, 1),
+    ]
+
+
+@pytest.mark.parametrize("name", ["p.csv", "m.jsonl"])
+def test_gzip_reads_the_same_rows(tmp_path: Path, name: str) -> None:
+    text = (
+        PLAIN_HEADER + "0,5,2\n1,6,3\n"
+        if name.endswith(".csv")
+        else '{"timestamp": 0, "input_length": 5, "output_length": 2}\n'
+        '{"timestamp": 1000, "input_length": 6, "output_length": 3}\n'
+    )
+    plain, packed = tmp_path / name, tmp_path / f"{name}.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert list(load_trace(packed)) == list(load_trace(plain)) == [Request(0.0, 5, 2), Request(1.0, 6, 3)]
+
+
+def test_gzip_broken_stream_is_a_trace_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(b"not gzip at all")
+    with pytest.raises(TraceFormatError, match=r"t\.csv\.gz"):
+        list(load_trace(path))
+
+
 def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="cannot open"):
         list(load_trace(tmp_path / "nope.csv"))
@@ -294,7 +336,9 @@ def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
 
 
 def test_workload_from_spec_trace_resolves_relative_paths() -> None:
-    wl = workload_from_spec({"trace": "azure_llm_2023_conv.csv", "time_scale": 0.5, "max_requests": 7}, base_dir=TRACES)
+    wl = workload_from_spec(
+        {"trace": "azure_llm_2023_conv.csv.gz", "time_scale": 0.5, "max_requests": 7}, base_dir=TRACES
+    )
     assert isinstance(wl, TraceWorkload)
     assert wl.path == AZURE_CONV
     assert len(list(wl)) == 7

@@ -1,0 +1,383 @@
+"""Demand forecast over a startup lead: a damped local-linear trend and, when the history shows one, a period.
+
+What the predictive analyzer needs is not the next value of the arrival rate but the most it will be asked to
+serve before a replica ordered now is ready: the peak of an upper quantile of the rate over [now, now + lead],
+lead = the variant's startup time. Per model, every engine cycle, one observation (the arrival rate the pods
+report, req/s) goes into `Forecaster.observe`; `Forecaster.peak` answers.
+
+**History.** Observations sit on a regular grid of `step_s` (the engine interval): a cycle that lands in the
+step of the previous one replaces it, skipped steps are filled with the last value, and at most `max_points`
+are kept (4 h at 30 s). The grid is what a restart or fail-over persists (`to_json`/`from_json`).
+
+**Trend** (Holt's damped linear method, the steady-state form of a local-linear-trend Kalman filter):
+
+    level'  = a·y + (1 − a)·(level + φ·slope)
+    slope'  = b·(level' − level) + (1 − b)·φ·slope
+    mean(k) = level' + slope'·(φ + φ² + … + φᵏ)                     (k steps ahead)
+
+with a = 0.5, b = 0.2, φ = 0.9 (a trend fades over ~10 steps: a 5-minute ramp is followed, noise is not
+extrapolated far). One-step errors e = y − (level + φ·slope) feed an exponentially weighted variance σ²
+(weight 0.1), and the upper quantile k steps ahead is mean(k) + z_q·σ·√k (z_0.9 = 1.2816).
+
+Worked example: level 10, slope 1 req/s per step, φ 0.9, σ 1, z 1.2816. Three steps ahead:
+mean = 10 + 1·(0.9 + 0.81 + 0.729) = 12.44; upper = 12.44 + 1.2816·1·√3 = 14.66 req/s.
+
+**Period.** Every `detect_every` steps the history is searched for a period P (in steps): the lag with the
+highest Pearson correlation between the series, less its least-squares line (so that a trend is not mistaken
+for a period), and itself shifted by P, over at least `min_overlap` steps, accepted at ≥ `min_correlation` when
+the series varies at all (coefficient of variation ≥ 0.1), the lag is a local maximum standing `MIN_DIP` above
+the lowest correlation at a shorter lag, and the history holds two periods (1.5 when the correlation is
+≥ `STRONG_CORRELATION`: a burst seen twice); then back-tested on the last period (the value one period earlier
+must predict it better than the value 10 steps earlier, Crane's check in miniature). With a period, the
+seasonal forecast k steps ahead is the mean of the values one, two and three periods before that step (as many
+as the history holds), widened by ±1 step for phase jitter; the forecast is the larger of trend and season.
+Example: bursts every 900 s at a 30-s step ⇒ P = 30; 300 s before the next burst (k = 10), the value
+30 − 10 = 20 steps ago is the last burst's.
+
+**Caps.** The answer is never negative and never above `cap_ratio` × the largest value in the history (AIBrix
+caps its projection at 4× the observed mean; a trend extrapolated over minutes amplifies noise).
+
+The forecast is pure: a value in, a new value out; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+LEVEL_GAIN = 0.5
+SLOPE_GAIN = 0.2
+DAMPING = 0.9
+ERROR_WEIGHT = 0.1
+SEASONAL_CYCLES = 3
+MIN_DIP = 0.3
+"""A period's correlation peak must stand this far above the lowest correlation at a shorter lag."""
+STRONG_CORRELATION = 0.9
+"""With fewer than two periods of history (but at least 1.5), a period needs this correlation."""
+PERSISTENCE_STEPS = 10
+BACKTEST_MARGIN = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastConfig:
+    step_s: float = 30.0
+    """Grid step: the engine interval."""
+    quantile: float = 0.9
+    """Upper quantile of the demand the capacity is sized for."""
+    max_points: int = 480
+    """History kept (480 × 30 s = 4 h): the longest period that can be found is 2 h (1.5 cycles needed)."""
+    detect_every: int = 5
+    """Steps between period searches (the search is O(n log n) in the history; the trend is O(1) a step)."""
+    min_overlap: int = 8
+    min_correlation: float = 0.7
+    min_period_steps: int = 4
+    cap_ratio: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not (self.step_s > 0 and math.isfinite(self.step_s)):
+            raise ValueError(f"step_s must be > 0, got {self.step_s}")
+        if not 0.5 <= self.quantile < 1.0:
+            raise ValueError(f"quantile must be in [0.5, 1), got {self.quantile}")
+        if self.max_points < 16 or self.detect_every < 1 or self.min_period_steps < 2:
+            raise ValueError("max_points >= 16, detect_every >= 1 and min_period_steps >= 2 are required")
+
+    @property
+    def z(self) -> float:
+        return NormalDist().inv_cdf(self.quantile)
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The peak of the upper-quantile demand over the lead, and how it was made (for `explain`)."""
+
+    peak_rps: float
+    trend_rps: float
+    """The trend's upper quantile at its highest over the lead."""
+    seasonal_rps: float | None
+    """The seasonal forecast's highest over the lead (None: no period)."""
+    period_s: float | None
+    level_rps: float
+    slope_rps_per_s: float
+    sigma_rps: float
+    lead_s: float
+    points: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "peak_rps": round(self.peak_rps, 4),
+            "trend_rps": round(self.trend_rps, 4),
+            "seasonal_rps": None if self.seasonal_rps is None else round(self.seasonal_rps, 4),
+            "period_s": self.period_s,
+            "level_rps": round(self.level_rps, 4),
+            "slope_rps_per_s": round(self.slope_rps_per_s, 6),
+            "sigma_rps": round(self.sigma_rps, 4),
+            "lead_s": self.lead_s,
+            "points": self.points,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Forecaster:
+    """One model's demand history and trend state (module docstring). Immutable: `observe` returns a new one."""
+
+    config: ForecastConfig = field(default_factory=ForecastConfig)
+    start_s: float | None = None
+    """Time of values[0] (grid origin); None before the first observation."""
+    values: tuple[float, ...] = ()
+    level: float = 0.0
+    slope: float = 0.0
+    """Per step."""
+    variance: float = 0.0
+    """The trend state (level, slope, one-step error variance) over every step but the last."""
+    period_steps: int | None = None
+    since_detect: int = 0
+
+    @property
+    def last_s(self) -> float | None:
+        if self.start_s is None or not self.values:
+            return None
+        return self.start_s + (len(self.values) - 1) * self.config.step_s
+
+    def observe(self, now_s: float, rate_rps: float) -> Forecaster:
+        """One cycle's arrival rate. A non-finite or negative rate is ignored (the history stays as it was).
+
+        The trend state covers every step but the last: the last step's value may still be replaced by a later
+        reading in the same step, and is folded in when the next step begins (and, provisionally, by `peak`)."""
+        if not (math.isfinite(rate_rps) and rate_rps >= 0 and math.isfinite(now_s)):
+            return self
+        cfg = self.config
+        if self.start_s is None or not self.values:
+            return replace(self, start_s=now_s, values=(rate_rps,), level=rate_rps, slope=0.0, variance=0.0)
+        last_s = self.last_s
+        assert last_s is not None
+        steps = math.floor((now_s - last_s) / cfg.step_s + 0.5)
+        if steps < 0:
+            return self  # an observation from the past (clock skew across a fail-over): ignored
+        values = list(self.values)
+        state = (self.level, self.slope, self.variance)
+        if steps == 0:
+            values[-1] = rate_rps  # same step: the newer reading wins
+        else:
+            state = self._fold(state, values[-1], len(values))
+            for _ in range(steps - 1):  # skipped steps: the last value held
+                values.append(values[-1])
+                state = _holt(state, values[-1])
+            values.append(rate_rps)
+        start_s = self.start_s
+        if len(values) > cfg.max_points:
+            drop = len(values) - cfg.max_points
+            values = values[drop:]
+            start_s += drop * cfg.step_s
+        level, slope, variance = state
+        out = replace(
+            self,
+            start_s=start_s,
+            values=tuple(values),
+            level=level,
+            slope=slope,
+            variance=variance,
+            since_detect=self.since_detect + max(steps, 0),
+        )
+        if out.since_detect >= cfg.detect_every:
+            out = replace(out, period_steps=detect_period(np.asarray(values), cfg), since_detect=0)
+        return out
+
+    @staticmethod
+    def _fold(state: tuple[float, float, float], value: float, count: int) -> tuple[float, float, float]:
+        """The trend state with the (now final) value of the last step folded in; the first step only sets the
+        level."""
+        if count == 1:
+            return (value, 0.0, 0.0)
+        return _holt(state, value)
+
+    def peak(self, now_s: float, lead_s: float) -> Forecast:
+        """The highest upper-quantile demand over [now, now + lead] (module docstring)."""
+        cfg = self.config
+        current = self.values[-1] if self.values else 0.0
+        if not self.values:
+            return Forecast(0.0, 0.0, None, None, 0.0, 0.0, 0.0, lead_s, 0)
+        last_s = self.last_s if self.last_s is not None else now_s
+        offset = max(0, math.floor((now_s - last_s) / cfg.step_s + 0.5))  # steps since the last observation
+        horizon = offset + max(0, math.ceil(max(lead_s, 0.0) / cfg.step_s))
+        level, slope, variance = self._fold((self.level, self.slope, self.variance), current, len(self.values))
+        sigma = math.sqrt(max(variance, 0.0))
+        ahead = range(max(offset, 1), horizon + 1)
+        trend = max([current, *(trend_upper(level, slope, sigma, k, cfg.z) for k in ahead)])
+        seasonal = self._seasonal(offset, horizon)
+        peak = max(trend, seasonal or 0.0, current)
+        cap = cfg.cap_ratio * max(*self.values, 1e-09)
+        peak = min(max(peak, 0.0), cap)
+        return Forecast(
+            peak_rps=peak,
+            trend_rps=min(max(trend, 0.0), cap),
+            seasonal_rps=None if seasonal is None else min(seasonal, cap),
+            period_s=None if self.period_steps is None else self.period_steps * cfg.step_s,
+            level_rps=level,
+            slope_rps_per_s=slope / cfg.step_s,
+            sigma_rps=sigma,
+            lead_s=lead_s,
+            points=len(self.values),
+        )
+
+    def _seasonal(self, first: int, horizon: int) -> float | None:
+        period = self.period_steps
+        if period is None:
+            return None
+        values = self.values
+        n = len(values)
+        best: float | None = None
+        for k in range(first, horizon + 1):
+            samples = []
+            for cycle in range(1, SEASONAL_CYCLES + 1):
+                centre = n - 1 + k - cycle * period
+                window = [values[i] for i in (centre - 1, centre, centre + 1) if 0 <= i < n]
+                if window:
+                    samples.append(max(window))
+            if samples:
+                value = sum(samples) / len(samples)
+                best = value if best is None else max(best, value)
+        return best
+
+    # ------------------------------------------------------------------------------------ persistence
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "startS": self.start_s,
+            "stepS": self.config.step_s,
+            "values": [float(f"{v:.5g}") for v in self.values],
+            "level": float(f"{self.level:.6g}"),
+            "slope": float(f"{self.slope:.6g}"),
+            "variance": float(f"{self.variance:.6g}"),
+            "periodSteps": self.period_steps,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], config: ForecastConfig) -> Forecaster:
+        """Restore a persisted forecaster; ValueError naming the key when it is not one. A history kept at
+        another step (the engine interval changed) restarts the history but keeps nothing wrong."""
+        if not isinstance(data, Mapping):
+            raise ValueError("forecast: expected an object")
+        step = _number(data, "stepS")
+        start = data.get("startS")
+        if start is not None:
+            start = _number(data, "startS")
+        values = data.get("values")
+        if not isinstance(values, list) or not all(_finite_non_negative(v) for v in values):
+            raise ValueError("forecast.values: expected a list of finite numbers >= 0")
+        if len(values) > config.max_points:
+            values = values[-config.max_points :]
+        period = data.get("periodSteps")
+        if period is not None and (isinstance(period, bool) or not isinstance(period, int) or period < 2):
+            raise ValueError(f"forecast.periodSteps: expected an integer >= 2 or null, got {period!r}")
+        if not math.isclose(step, config.step_s):
+            return cls(config)
+        return cls(
+            config,
+            start_s=start if values else None,
+            values=tuple(float(v) for v in values),
+            level=_number(data, "level"),
+            slope=_number(data, "slope", signed=True),
+            variance=_number(data, "variance"),
+            period_steps=period,
+        )
+
+
+def trend_upper(level: float, slope: float, sigma: float, k: int, z: float) -> float:
+    """The trend's upper quantile k steps ahead: level + slope·(φ + … + φᵏ) + z·σ·√k (module docstring)."""
+    damped = DAMPING * (1.0 - DAMPING**k) / (1.0 - DAMPING)
+    return level + slope * damped + z * sigma * math.sqrt(k)
+
+
+def _holt(state: tuple[float, float, float], y: float) -> tuple[float, float, float]:
+    """One step of the damped Holt recursion and the error variance (module docstring)."""
+    level, slope, variance = state
+    predicted = level + DAMPING * slope
+    error = y - predicted
+    new_level = LEVEL_GAIN * y + (1.0 - LEVEL_GAIN) * predicted
+    new_slope = SLOPE_GAIN * (new_level - level) + (1.0 - SLOPE_GAIN) * DAMPING * slope
+    new_variance = (1.0 - ERROR_WEIGHT) * variance + ERROR_WEIGHT * error * error
+    return new_level, new_slope, new_variance
+
+
+def detect_period(values: np.ndarray, config: ForecastConfig) -> int | None:
+    """The period of `values` in steps, or None (module docstring: the best local maximum of the lagged
+    Pearson correlation, over ≥ `min_overlap` steps and ≥ 1.5 periods of history, at ≥ `min_correlation`).
+
+    All lags at once in O(n log n): the cross sums Σ x_i·x_(i+L) from one FFT, the slices' sums and sums of
+    squares from prefix sums. Example: a flat 4 req/s with a 30 req/s block of 4 steps every 30 steps, 50 steps
+    long ⇒ 30."""
+    raw = np.asarray(values, dtype=np.float64)
+    level = float(np.mean(raw))
+    if raw.size < 2 * config.min_overlap + 1 or level <= 0 or float(np.std(raw)) < 0.1 * level:
+        return None
+    n = raw.size
+    t = np.arange(n, dtype=np.float64)
+    slope, intercept = np.polyfit(t, raw, 1)
+    x = raw - (slope * t + intercept)  # detrended: a ramp correlates with itself at every lag, its residue does not
+    if float(np.std(x)) < 0.05 * level:
+        return None
+    mean = 0.0
+    longest = min(math.floor(n / 1.5), n - config.min_overlap)
+    if longest < config.min_period_steps:
+        return None
+    centred = x - mean  # shifting by a constant changes no correlation and keeps the sums well conditioned
+    spectrum = np.fft.rfft(centred, 2 * n)
+    cross = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[: n + 1]
+    s1 = np.concatenate(([0.0], np.cumsum(centred)))
+    s2 = np.concatenate(([0.0], np.cumsum(centred * centred)))
+    lags = np.arange(config.min_period_steps, longest + 1)
+    m = n - lags
+    sum_a, sum_b = s1[m], s1[n] - s1[lags]
+    sq_a, sq_b = s2[m], s2[n] - s2[lags]
+    cov = cross[lags] / m - (sum_a / m) * (sum_b / m)
+    var_a = np.maximum(sq_a / m - (sum_a / m) ** 2, 0.0)
+    var_b = np.maximum(sq_b / m - (sum_b / m) ** 2, 0.0)
+    denom = np.sqrt(var_a * var_b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = np.where(denom > 1e-12 * level * level, cov / denom, 0.0)
+    best: tuple[float, int] | None = None
+    lowest = math.inf
+    for i, lag in enumerate(lags.tolist()):
+        value = float(score[i])
+        lowest = min(lowest, value)
+        if value < config.min_correlation or value - lowest < MIN_DIP:
+            continue  # too weak, or not preceded by a dip (a smooth series correlates at every short lag)
+        if i + 1 < score.size and value < score[i + 1]:
+            continue  # not a local maximum
+        if value < STRONG_CORRELATION and n < 2 * lag:
+            continue  # under two periods of history only a strong repeat counts
+        if best is None or value > best[0] + 0.05:  # a longer lag must be clearly better (prefer the fundamental)
+            best = (value, lag)
+    if best is None or not _repeats(raw, best[1]):
+        return None
+    return best[1]
+
+
+def _repeats(raw: np.ndarray, period: int) -> bool:
+    """Back-test on the last period: the value one period before predicts it better than the value
+    `min(period − 1, PERSISTENCE_STEPS)` steps before does (mean absolute error, by `BACKTEST_MARGIN`). A step
+    up, detrended, looks like two teeth of a saw; predicted by its own past period it is wrong by the step."""
+    n = raw.size
+    window = np.arange(n - period, n)
+    lag = min(period - 1, PERSISTENCE_STEPS)
+    seasonal = float(np.mean(np.abs(raw[window] - raw[window - period])))
+    persistence = float(np.mean(np.abs(raw[window] - raw[window - lag])))
+    return seasonal < BACKTEST_MARGIN * persistence
+
+
+def _number(data: Mapping[str, Any], key: str, *, signed: bool = False) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"forecast.{key}: expected a finite number, got {value!r}")
+    if not signed and value < 0:
+        raise ValueError(f"forecast.{key}: expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _finite_non_negative(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value >= 0

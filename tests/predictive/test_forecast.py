@@ -1,0 +1,200 @@
+"""The demand forecaster (adapter/analyzers/predictive/forecast.py): worked examples on synthetic series with
+known answers, period detection, properties, persistence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.analyzers.predictive.forecast import (
+    DAMPING,
+    ForecastConfig,
+    Forecaster,
+    detect_period,
+    trend_upper,
+)
+
+CFG = ForecastConfig(step_s=30.0)
+
+
+def fed(values: list[float] | np.ndarray, *, start_s: float = 0.0, config: ForecastConfig = CFG) -> Forecaster:
+    f = Forecaster(config)
+    for i, v in enumerate(values):
+        f = f.observe(start_s + i * config.step_s, float(v))
+    return f
+
+
+def test_worked_example_of_the_module_docstring() -> None:
+    mean = 10 + 1 * (0.9 + 0.81 + 0.729)
+    assert trend_upper(10.0, 1.0, 1.0, 3, CFG.z) == pytest.approx(mean + CFG.z * math.sqrt(3))
+    assert trend_upper(10.0, 1.0, 1.0, 3, CFG.z) == pytest.approx(14.66, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "lead_s", "low", "high"),
+    [
+        pytest.param("constant", [8.0] * 60, 300.0, 8.0, 8.0 + 1e-9, id="constant-forecasts-itself"),
+        pytest.param("ramp", [2 + 0.5 * i for i in range(60)], 300.0, 31.5, 38.0, id="linear-ramp-ahead"),
+        pytest.param(
+            "down-ramp", [40 - 0.5 * i for i in range(60)], 300.0, 10.5, 12.5, id="falling-ramp-not-below-now"
+        ),
+        pytest.param("step", [4.0] * 30 + [24.0] * 10, 300.0, 24.0, 50.0, id="step-up-followed"),
+    ],
+)
+def test_known_series(name: str, values: list[float], lead_s: float, low: float, high: float) -> None:
+    f = fed(values)
+    peak = f.peak(f.last_s or 0.0, lead_s).peak_rps
+    assert low <= peak <= high, (name, peak)
+
+
+def test_a_ramp_is_forecast_ahead_of_the_current_rate() -> None:
+    values = [2 + 0.5 * i for i in range(60)]  # +1 req/s a minute
+    f = fed(values)
+    peak = f.peak(f.last_s or 0.0, 300.0)
+    assert peak.peak_rps > values[-1] + 2.0  # the trend adds what 5 minutes of ramp bring
+    assert 0.5 * (0.5 / 30.0) <= peak.slope_rps_per_s <= 0.5 / 30.0  # damped: it under-reads a steady ramp
+    assert peak.period_s is None
+
+
+def burst_series(n: int, *, period: int = 30, width: int = 4, start: int = 10, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.poisson(4 * 60, n) / 60.0
+    for s in range(start, n, period):
+        x[s : s + width] = rng.poisson(30 * 60, len(x[s : s + width])) / 60.0
+    return x
+
+
+def test_a_periodic_burst_is_predicted_a_lead_ahead() -> None:
+    x = burst_series(61)  # bursts at steps 10, 40; the next at 70
+    f = fed(x[:61])  # now = step 60: the next burst is 10 steps (300 s) away
+    assert f.period_steps == 30
+    before = f.peak(f.last_s or 0.0, 300.0)
+    assert before.seasonal_rps is not None
+    assert before.peak_rps > 25.0, before
+    short = f.peak(f.last_s or 0.0, 120.0)  # a lead that ends before the burst does not see it
+    assert short.seasonal_rps is not None
+    assert short.seasonal_rps < 10.0, short
+    assert short.peak_rps < before.peak_rps
+
+
+@pytest.mark.parametrize(
+    ("series", "expected"),
+    [
+        pytest.param(burst_series(50), 30, id="bursts-1.7-periods"),
+        pytest.param(burst_series(120, period=40, width=6), 40, id="bursts-period-40"),
+        pytest.param(10 + 5 * np.sin(np.arange(300) * 2 * np.pi / 40), 40, id="sine-40"),
+        pytest.param(np.random.default_rng(1).poisson(10, 400).astype(float), None, id="poisson-noise"),
+        pytest.param(np.arange(100.0) + 1, None, id="ramp"),
+        pytest.param(np.repeat([4.0, 24.0, 10.0, 4.0], 30), None, id="steps"),
+        pytest.param(np.repeat([4.0, 24.0], 30), None, id="one-step-looks-periodic-detrended"),
+        pytest.param(np.full(200, 7.0), None, id="flat"),
+        pytest.param(burst_series(40), None, id="one-burst-is-not-a-period"),
+    ],
+)
+def test_period_detection(series: np.ndarray, expected: int | None) -> None:
+    assert detect_period(series, CFG) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(0.0, 1e4, allow_nan=False), min_size=1, max_size=120), st.floats(0.0, 1200.0))
+def test_forecast_is_finite_non_negative_and_capped(values: list[float], lead_s: float) -> None:
+    f = fed(values)
+    peak = f.peak(f.last_s or 0.0, lead_s)
+    assert math.isfinite(peak.peak_rps)
+    assert 0.0 <= peak.peak_rps <= CFG.cap_ratio * max(*values, 1e-09) + 1e-9
+    assert peak.peak_rps >= values[-1] - 1e-9 or values[-1] > CFG.cap_ratio * max(values)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.0, 1e4, allow_nan=False), st.integers(1, 100), st.floats(0.0, 1200.0))
+def test_a_constant_series_forecasts_itself(value: float, n: int, lead_s: float) -> None:
+    f = fed([value] * n)
+    assert f.peak(f.last_s or 0.0, lead_s).peak_rps == pytest.approx(value, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=2, max_size=40))
+def test_repeated_observations_in_one_step_keep_the_last(values: list[float]) -> None:
+    """Order within a step is irrelevant but for the newest reading: observing a value twice in a step is
+    observing it once."""
+    once = fed(values)
+    f = Forecaster(CFG)
+    for i, v in enumerate(values):
+        f = f.observe(i * 30.0, 999.0).observe(i * 30.0 + 5.0, v)
+    assert f.values == once.values
+    assert f.level == pytest.approx(once.level)
+
+
+def test_gaps_hold_the_last_value_and_history_is_bounded() -> None:
+    cfg = ForecastConfig(step_s=30.0, max_points=20)
+    f = Forecaster(cfg).observe(0.0, 5.0).observe(90.0, 7.0)
+    assert f.values == (5.0, 5.0, 5.0, 7.0)
+    for i in range(4, 40):
+        f = f.observe(i * 30.0, float(i))
+    assert len(f.values) == 20
+    assert f.last_s == pytest.approx(39 * 30.0)
+    assert f.start_s == pytest.approx(20 * 30.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0], ids=["nan", "inf", "negative"])
+def test_bad_observations_are_ignored(bad: float) -> None:
+    f = fed([3.0, 4.0])
+    assert f.observe(90.0, bad) == f
+
+
+def test_a_late_question_looks_from_now_not_from_the_last_observation() -> None:
+    f = fed(burst_series(61))  # last observation at step 60; the next burst at step 70
+    at_last = f.peak(f.last_s or 0.0, 120.0)
+    later = f.peak((f.last_s or 0.0) + 240.0, 120.0)  # 8 steps later, the burst is within 120 s
+    assert later.seasonal_rps is not None
+    assert at_last.seasonal_rps is not None
+    assert later.seasonal_rps > at_last.seasonal_rps + 10.0
+
+
+def test_an_observation_from_the_past_is_ignored() -> None:
+    f = fed([3.0, 4.0, 5.0])
+    assert f.observe(0.0, 100.0) == f
+
+
+def test_json_round_trip_resumes_the_same_forecast() -> None:
+    f = fed(burst_series(61))
+    again = Forecaster.from_json(f.to_json(), CFG)
+    assert again.period_steps == f.period_steps
+    assert again.peak(f.last_s or 0.0, 300.0).peak_rps == pytest.approx(
+        f.peak(f.last_s or 0.0, 300.0).peak_rps, rel=1e-3
+    )
+
+
+def test_json_of_another_step_restarts_the_history() -> None:
+    f = fed([1.0, 2.0, 3.0])
+    assert Forecaster.from_json(f.to_json(), ForecastConfig(step_s=15.0)).values == ()
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        pytest.param({"stepS": 30, "values": [1, -2], "level": 1, "slope": 0, "variance": 0}, "values", id="negative"),
+        pytest.param({"stepS": 30, "values": "x", "level": 1, "slope": 0, "variance": 0}, "values", id="not-a-list"),
+        pytest.param({"stepS": 30, "values": [1], "level": math.nan, "slope": 0, "variance": 0}, "level", id="nan"),
+        pytest.param({"stepS": 30, "values": [1], "level": 1, "slope": 0, "variance": -1}, "variance", id="neg-var"),
+        pytest.param({"values": [1], "level": 1, "slope": 0, "variance": 0}, "stepS", id="no-step"),
+        pytest.param(
+            {"stepS": 30, "values": [1], "level": 1, "slope": 0, "variance": 0, "periodSteps": True},
+            "periodSteps",
+            id="bool-period",
+        ),
+    ],
+)
+def test_json_refuses_what_it_cannot_trust(data: dict[str, object], key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        Forecaster.from_json(data, CFG)
+
+
+def test_damping_fades_a_trend() -> None:
+    assert DAMPING < 1.0
+    far = trend_upper(10.0, 1.0, 0.0, 120, CFG.z)
+    assert far == pytest.approx(10.0 + DAMPING / (1 - DAMPING), rel=0.01)  # Σ φ^k → φ/(1−φ) = 9
