@@ -45,15 +45,16 @@ unit: install prometheus
 	$(BIN)/pytest -q -m "not e2e_k8s"
 
 # End to end on a real control plane (tests/e2e_k8s, docs/deployment.md): kube-apiserver, kube-controller-manager,
-# kubectl and etcd of one pinned Kubernetes release, and the KEDA client harness, built with `go` from the Go module
-# proxy into $(KUBE_E2E_CACHE) (outside the repository); each build is skipped when its output exists.
-# Cold ~6 min on 2 cores, cached ~0 s. Needs Go >= 1.26 on PATH.
+# kubectl and etcd of one pinned Kubernetes release, the KEDA client harness, and helm (the chart tests), built with
+# `go` from the Go module proxy into $(KUBE_E2E_CACHE) (outside the repository); each build is skipped when its
+# output exists. Cold ~9 min on 2 cores, cached ~0 s. Needs Go >= 1.26 on PATH.
 KUBE_E2E_CACHE ?= $(HOME)/.cache/kube-e2e
 export KUBE_E2E_CACHE
 
 e2e-bins:
 	bash hack/build-k8s-bins.sh
 	bash hack/build-kedaclient.sh >/dev/null
+	bash hack/build-helm.sh
 
 e2e: install prometheus e2e-bins
 	$(BIN)/pytest -q -s -m e2e_k8s tests/e2e_k8s tests/e2e_serve

@@ -8,6 +8,11 @@
 
 Each long-running part is a named task; the first one to fail stops the rest and the process exits non-zero,
 so Kubernetes restarts it. SIGTERM drains: servers stop, the Lease is released for an immediate hand-over.
+
+Kept current without a restart (`adapter.app.access`, `adapter.app.live`): the front-proxy client CA and allowed
+names (`kube-system/extension-apiserver-authentication`), the serving certificate files, and the live settings
+of `wva-variantautoscaling-config` (the others are reported as needing a restart). VA status writes go through
+`DecisionEvents`, which records Kubernetes Events when a decision changes.
 """
 
 from __future__ import annotations
@@ -15,16 +20,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
+import socket
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapter.app.access import build_access, export_access_metrics, follow_certificate, follow_requestheader
+from adapter.app.live import (
+    ConfigReporter,
+    LiveSettings,
+    SwitchableMetrics,
+    export_config_metrics,
+    follow_main_configmap,
+)
 from adapter.app.signals import stop_on_signals
 from adapter.config.settings import MAIN_CONFIGMAP, Settings
 from adapter.domain.errors import AdapterError, ConfigError, KubeNotFound
-from adapter.k8s.authz import SubjectAccessReviewAuthorizer, load_requestheader_config
 from adapter.k8s.client import KubeClient
+from adapter.k8s.events import DecisionEvents, EventRecorder, KubeEventSink
 from adapter.k8s.inventory import Inventory, InventoryOptions
 from adapter.k8s.leader import LeaderElectionOptions, LeaderElector
 from adapter.k8s.resources import CONFIGMAPS
@@ -33,15 +46,8 @@ from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.epp import EppScraper
 from adapter.metrics.queries import ALL_QUERIES, QueryWindows
 from adapter.reconciler.loop import Reconciler, ReconcilerOptions
-from adapter.reconciler.ports import AlwaysLeader, Leadership
+from adapter.reconciler.ports import AlwaysLeader, Leadership, MetricsSource
 from adapter.replay.recorder import FlightRecorder
-from adapter.servers.auth import (
-    Authenticator,
-    Authorizer,
-    CachingAuthorizer,
-    RequestHeaderAuthenticator,
-    requestheader_config_from_configmap,
-)
 from adapter.servers.external_metrics import build_external_metrics_app, start_https_server
 from adapter.servers.keda import start_keda_server
 from adapter.servers.telemetry import Telemetry, build_telemetry_app, start_http_server
@@ -113,8 +119,10 @@ async def _serve(
     )
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(client.close)
+        main_data: dict[str, str] = {}
         if reload is not None:
-            settings = reload(await _main_configmap(client, settings.controller_namespace))
+            main_data = await _main_configmap(client, settings.controller_namespace)
+            settings = reload(main_data)
         if settings.prometheus_url is None:
             raise ConfigError("--prometheus-url (env PROMETHEUS_BASE_URL) is required by serve")
         inventory = Inventory(
@@ -126,67 +134,50 @@ async def _serve(
         )
         await inventory.start()
         stack.push_async_callback(inventory.stop)
-        leadership: Leadership
-        elector: LeaderElector | None = None
-        if settings.leader_elect:
-            elector = LeaderElector(
-                client,
-                LeaderElectionOptions(
-                    namespace=settings.controller_namespace,
-                    name=settings.leader_election_id,
-                    lease_duration_s=settings.leader_election_lease_duration_s,
-                    renew_deadline_s=settings.leader_election_renew_deadline_s,
-                    retry_period_s=settings.leader_election_retry_period_s,
-                ),
-            )
-            leadership = elector
-        else:
-            leadership = AlwaysLeader()
-        collector = PrometheusCollector(
-            settings.prometheus_url,
-            timeout_s=settings.prometheus_timeout_s,
-            bearer_token=_token(settings),
-            ca_file=str(settings.prometheus_ca_file) if settings.prometheus_ca_file else None,
-            insecure_skip_verify=settings.prometheus_insecure_skip_verify,
-            client_cert=_client_cert(settings),
-            # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
-            # rates and latencies. V1-only collection (kv, queue, EPP, request count) costs half at 1,000 VAs
-            # (tests/bench_collect.py) but would starve the other analyzers.
-            metrics=ALL_QUERIES,
-            windows=QueryWindows(saturation_s=settings.saturation_window_s),
-        )
+        elector = _elector(client, settings)
+        leadership: Leadership = elector if elector is not None else AlwaysLeader()
+        collector = SwitchableMetrics(_collector(settings), close=_close_collector)
         stack.callback(collector.close)
         epp = EppScraper(bearer_token=settings.epp_bearer_token)
         stack.push_async_callback(epp.close)
         store = DecisionStore()
         telemetry = Telemetry(store)
+        events = EventRecorder(KubeEventSink(client), instance=f"{SERVICE_NAME}-{socket.gethostname()}")
+        _export_event_metrics(telemetry, events)
         reconciler = Reconciler(
             cluster=inventory,
             metrics=collector,
             epp=epp,
-            status=StatusWriter(client, lookup=inventory.stored_status),
+            status=DecisionEvents(
+                StatusWriter(client, lookup=inventory.stored_status), events, uid_of=inventory.va_uid
+            ),
             leadership=leadership,
             store=store,
-            options=ReconcilerOptions(
-                controller_namespace=settings.controller_namespace,
-                interval_s=settings.engine_interval_s,
-                wake_interval_s=settings.scale_from_zero_interval_s,
-                scale_to_zero_env="true" if settings.scale_to_zero else None,
-            ),
+            options=_reconciler_options(settings),
             observer=telemetry,
             recorder=_recorder(settings, telemetry),
         )
-        authenticator, authorizer, client_ca = await _auth(settings, client)
+        live = LiveSettings(
+            settings,
+            reload or (lambda _data: settings),
+            apply_prometheus=lambda new: collector.switch(_collector(new)),
+            apply_reconciler=lambda new: reconciler.update_options(_reconciler_options(new)),
+            report=(reporter := ConfigReporter(events)),
+            data=main_data,
+        )
+        export_config_metrics(telemetry, live)
+        access = await build_access(settings, client)
         tls = serving_tls(
             cert_file=settings.tls_cert_file,
             key_file=settings.tls_private_key_file,
             service=SERVICE_NAME,
             namespace=settings.controller_namespace,
-            client_ca_pem=client_ca,
+            client_ca_pem=access.client_ca_pem,
             directory=None,  # a fresh temp dir per process (/tmp is an emptyDir in the manifests)
         )
+        export_access_metrics(telemetry, access, tls.dynamic)
         https = await start_https_server(
-            build_external_metrics_app(store, authenticator=authenticator, authorizer=authorizer),
+            build_external_metrics_app(store, authenticator=access.authenticator, authorizer=access.authorizer),
             host=settings.bind_address,
             port=settings.secure_port,
             ssl_context=tls.context,
@@ -220,11 +211,33 @@ async def _serve(
             reconciler.run(stop),
             _follow_status(inventory, reconciler, stop),
             _wait(stop),
+            events.run(),
+            follow_requestheader(client, access, tls.dynamic),
         ]
+        if not tls.generated:
+            tasks.append(follow_certificate(tls.dynamic))
+        if reload is not None:
+            tasks.append(follow_main_configmap(client, settings.controller_namespace, live, reporter))
         if elector is not None:
             tasks.append(elector.run())
         return await _supervise(tasks, stop)
     return 0
+
+
+def _elector(client: KubeClient, settings: Settings) -> LeaderElector | None:
+    """The Lease candidate with `--leader-elect`; None without (this replica always leads)."""
+    if not settings.leader_elect:
+        return None
+    return LeaderElector(
+        client,
+        LeaderElectionOptions(
+            namespace=settings.controller_namespace,
+            name=settings.leader_election_id,
+            lease_duration_s=settings.leader_election_lease_duration_s,
+            renew_deadline_s=settings.leader_election_renew_deadline_s,
+            retry_period_s=settings.leader_election_retry_period_s,
+        ),
+    )
 
 
 async def _main_configmap(client: KubeClient, namespace: str) -> dict[str, str]:
@@ -237,25 +250,64 @@ async def _main_configmap(client: KubeClient, namespace: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
+def _collector(settings: Settings) -> PrometheusCollector:
+    """The Prometheus collector for `settings` (at start, and again when the live settings change it)."""
+    if settings.prometheus_url is None:
+        raise ConfigError("--prometheus-url (env PROMETHEUS_BASE_URL) is required by serve")
+    return PrometheusCollector(
+        settings.prometheus_url,
+        timeout_s=settings.prometheus_timeout_s,
+        bearer_token=_token(settings),
+        ca_file=str(settings.prometheus_ca_file) if settings.prometheus_ca_file else None,
+        insecure_skip_verify=settings.prometheus_insecure_skip_verify,
+        client_cert=_client_cert(settings),
+        # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
+        # rates and latencies. V1-only collection (kv, queue, EPP, request count) costs half at 1,000 VAs
+        # (tests/bench_collect.py) but would starve the other analyzers.
+        metrics=ALL_QUERIES,
+        windows=QueryWindows(saturation_s=settings.saturation_window_s),
+    )
+
+
+def _close_collector(source: MetricsSource) -> None:
+    if isinstance(source, PrometheusCollector):
+        source.close()
+
+
+def _reconciler_options(settings: Settings) -> ReconcilerOptions:
+    return ReconcilerOptions(
+        controller_namespace=settings.controller_namespace,
+        interval_s=settings.engine_interval_s,
+        wake_interval_s=settings.scale_from_zero_interval_s,
+        scale_to_zero_env="true" if settings.scale_to_zero else None,
+    )
+
+
+def _export_event_metrics(telemetry: Telemetry, events: EventRecorder) -> None:
+    stats = events.stats
+    telemetry.add_family(
+        "wva_events",
+        "Kubernetes Events about decisions, by outcome: created, series (a series' count written), aggregated "
+        "(counted into a series without a write), rate_limited, queue_full, failed.",
+        kind="counter",
+        labelnames=("outcome",),
+        read=lambda: {
+            ("created",): stats.created,
+            ("series",): stats.series_patches,
+            ("aggregated",): stats.aggregated,
+            ("rate_limited",): stats.rate_limited,
+            ("queue_full",): stats.queue_full,
+            ("failed",): stats.failed,
+        },
+    )
+
+
 def _client_cert(settings: Settings) -> tuple[str, str] | None:
     if settings.prometheus_client_cert is None:
         return None
     if settings.prometheus_client_key is None:
         raise ConfigError("--prometheus-client-cert needs --prometheus-client-key")
     return str(settings.prometheus_client_cert), str(settings.prometheus_client_key)
-
-
-AuthParts = tuple[Authenticator | None, Authorizer | None, str | bytes | None]
-
-
-async def _auth(settings: Settings, client: KubeClient) -> AuthParts:
-    """Front-proxy authentication from kube-system/extension-apiserver-authentication, SAR authorization."""
-    if settings.authentication_skip_lookup:
-        log.warning("--authentication-skip-lookup: External Metrics API requests are not authenticated")
-        return None, None, None
-    config = await load_requestheader_config(client, requestheader_config_from_configmap)
-    authorizer = CachingAuthorizer(SubjectAccessReviewAuthorizer(client), clock=time.monotonic)
-    return RequestHeaderAuthenticator(config), authorizer, config.client_ca_pem
 
 
 async def _follow_status(inventory: Inventory, reconciler: Reconciler, stop: asyncio.Event) -> None:

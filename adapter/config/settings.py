@@ -115,6 +115,20 @@ KNOBS: tuple[_Knob, ...] = (
     _Knob("record_max_bytes", "--record-max-bytes", "WVA_RECORD_MAX_BYTES", "int", "flight recorder ring size, bytes"),
     _Knob("epp_bearer_token", "--epp-bearer-token", "EPP_METRIC_READER_BEARER_TOKEN", "str", "token for EPP /metrics"),
     _Knob(
+        "authentication_token_webhook_cache_ttl_s",
+        "--authentication-token-webhook-cache-ttl",
+        "WVA_AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL",
+        "duration",
+        "how long TokenReview answers (allowed and denied) for bearer tokens are cached",
+    ),
+    _Knob(
+        "authentication_token_audiences",
+        "--authentication-token-audiences",
+        "WVA_AUTHENTICATION_TOKEN_AUDIENCES",
+        "str",
+        "comma-separated audiences bearer tokens must be for (empty: kube-apiserver's own)",
+    ),
+    _Knob(
         "authentication_skip_lookup",
         "--authentication-skip-lookup",
         "WVA_AUTHENTICATION_SKIP_LOOKUP",
@@ -124,6 +138,13 @@ KNOBS: tuple[_Knob, ...] = (
 )
 _BY_FIELD = {k.field: k for k in KNOBS}
 _BY_FILE_KEY = {k.flag.removeprefix("--"): k for k in KNOBS} | {k.env: k for k in KNOBS}
+
+
+def field_of_key(key: str) -> str | None:
+    """The setting a config-file or ConfigMap key names (`prometheus-url` or `PROMETHEUS_BASE_URL` →
+    `prometheus_url`), None for an unknown key."""
+    knob = _BY_FILE_KEY.get(key)
+    return knob.field if knob is not None else None
 
 
 class Settings(BaseModel):
@@ -161,6 +182,15 @@ class Settings(BaseModel):
     scale_from_zero_interval_s: float = Field(default=0.1, gt=0)
     epp_bearer_token: str | None = None
     authentication_skip_lookup: bool = False
+    authentication_token_webhook_cache_ttl_s: float = Field(default=10.0, ge=0, le=3600)
+    """TokenReview answers are cached this long (k8s.io/apiserver's default, 10 s); 0 disables the cache."""
+    authentication_token_audiences: str = ""
+
+    @property
+    def token_audiences(self) -> tuple[str, ...]:
+        """`authentication_token_audiences` split on commas, blanks dropped."""
+        return tuple(a.strip() for a in self.authentication_token_audiences.split(",") if a.strip())
+
     record_dir: Path | None = None
     """Off by default: the leader writes each cycle as a wva-replay/v1 fixture into this directory (a ring)."""
     record_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, le=1 << 40)

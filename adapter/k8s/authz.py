@@ -8,7 +8,7 @@ Wrap it in `adapter.servers.auth.CachingAuthorizer` (10 s allow/deny caches, as 
 `load_requestheader_config(client, parse)` reads `kube-system/extension-apiserver-authentication` and
 hands its `data` to `parse` (pass `adapter.servers.auth.requestheader_config_from_configmap`), so this
 module needs no type from adapter.servers either. `watch_requestheader_config` follows the ConfigMap
-(front-proxy CA rotation), as the Go libraries' dynamic CA controllers do.
+(front-proxy CA rotation, allowed names), as the Go libraries' dynamic CA controllers do; `serve` runs it.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any, Final, Protocol, TypeVar
 
 from adapter.domain.errors import AdapterError, KubeError
 from adapter.k8s.client import KubeClient
-from adapter.k8s.objects import ConfigMapRecord, project_configmap
-from adapter.k8s.reflector import Reflector, ReflectorOptions
+from adapter.k8s.configwatch import watch_configmap
+from adapter.k8s.objects import ConfigMapRecord
+from adapter.k8s.reflector import ReflectorOptions
 from adapter.k8s.resources import CONFIGMAPS, SUBJECT_ACCESS_REVIEWS
 
 __all__ = [
@@ -159,33 +160,21 @@ async def watch_requestheader_config(
     options: ReflectorOptions | None = None,
 ) -> None:
     """Run until cancelled: call `on_change(parse(data))` whenever the ConfigMap's data changes (the first
-    time included). Content that `parse` rejects is logged and skipped, so a bad edit keeps the last good
-    configuration; the watch itself retries with backoff like every reflector."""
+    time included). Content that `parse` rejects, and a deleted ConfigMap (kube-apiserver republishes it at
+    once), are logged and skipped, so a bad edit keeps the last good configuration; the watch itself retries
+    with backoff like every reflector. `serve` applies each configuration to the authenticator (allowed
+    names, header names) and to the TLS context (the client CA) at once, without a restart."""
     namespace, name = REQUESTHEADER_CONFIGMAP
-    last: list[Mapping[str, str]] = []
 
-    def changed(reflector: Reflector[ConfigMapRecord]) -> None:
-        record = reflector.store.get((namespace, name))
-        if record is None or (last and last[0] == record.data):
+    def changed(record: ConfigMapRecord | None) -> None:
+        if record is None:
+            log.warning("ConfigMap %s/%s deleted; keeping the previous requestheader configuration", namespace, name)
             return
         try:
             config = parse(record.data)
         except AdapterError as exc:
             log.error("ConfigMap %s/%s: %s; keeping the previous requestheader configuration", namespace, name, exc)
             return
-        last[:] = [record.data]
-        try:
-            on_change(config)
-        except Exception:
-            log.exception("applying the requestheader configuration from %s/%s failed", namespace, name)
+        on_change(config)
 
-    reflector: Reflector[ConfigMapRecord] = Reflector(
-        client,
-        CONFIGMAPS,
-        project=project_configmap,
-        on_change=changed,
-        namespace=namespace,
-        field_selector=f"metadata.name={name}",
-        options=options,
-    )
-    await reflector.run()
+    await watch_configmap(client, namespace, name, changed, options=options)

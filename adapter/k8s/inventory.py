@@ -293,6 +293,14 @@ class Inventory:
                 return StoredStatus(record.resource_version, record.raw_status)
         return None
 
+    def va_uid(self, key: VariantKey) -> str | None:
+        """The watched VA's `metadata.uid` (None when the VA is not known): what Events name as `regarding`."""
+        for reflector in self._reflectors[VA]:
+            record = reflector.store.get((key.namespace, key.name))
+            if record is not None:
+                return record.uid or None
+        return None
+
     def view(self) -> ClusterView:
         """The cluster now, as a frozen value (cached; only changed sections are rebuilt)."""
         if self._dirty:

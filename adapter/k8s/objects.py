@@ -81,6 +81,8 @@ class VaRecord:
     status: VariantStatus = field(default_factory=VariantStatus)
     raw_status: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
+    uid: str = ""
+    """`metadata.uid`: what an Event's `regarding` names so `kubectl describe va` finds it."""
 
 
 def project_va(obj: dict[str, Any]) -> VaRecord | None:
@@ -90,12 +92,13 @@ def project_va(obj: dict[str, Any]) -> VaRecord | None:
         return None
     key = VariantKey(namespace or "default", name)
     resource_version = str(metadata.get("resourceVersion") or "")
+    uid = str(metadata.get("uid") or "")
     raw_status = _dict(obj.get("status"))
     try:
         parsed = parse_va(obj, source=f"VariantAutoscaling {namespace}/{name}")
     except ManifestError as exc:
         message = str(exc) if f"{namespace}/{name}" in str(exc) else f"{key}: {exc}"
-        return VaRecord(key, resource_version, None, raw_status=raw_status, error=message)
+        return VaRecord(key, resource_version, None, raw_status=raw_status, error=message, uid=uid)
     try:
         status = parsed.to_status()
     except (ValueError, TypeError) as exc:
@@ -103,7 +106,7 @@ def project_va(obj: dict[str, Any]) -> VaRecord | None:
         # overwritten by the leader's next write, rather than making the VA undecidable.
         log.warning("VariantAutoscaling %s: ignoring malformed status: %s", key, exc)
         status = VariantStatus()
-    return VaRecord(key, resource_version, parsed.to_spec(), status, raw_status)
+    return VaRecord(key, resource_version, parsed.to_spec(), status, raw_status, uid=uid)
 
 
 # ---- scale targets ----------------------------------------------------------------------------------
@@ -300,12 +303,13 @@ class ConfigMapRecord:
     namespace: str
     name: str
     data: Mapping[str, str]
+    uid: str = ""
 
 
 def project_configmap(obj: dict[str, Any]) -> ConfigMapRecord | None:
-    namespace, name, _ = _meta(obj)
+    namespace, name, metadata = _meta(obj)
     data = {str(k): v if isinstance(v, str) else str(v) for k, v in _dict(obj.get("data")).items()}
-    return ConfigMapRecord(namespace, name, data)
+    return ConfigMapRecord(namespace, name, data, str(metadata.get("uid") or ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,3 +66,5 @@ LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
 SUBJECT_ACCESS_REVIEWS = ResourceType(
     "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
 )
+TOKEN_REVIEWS = ResourceType("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
+EVENTS = ResourceType("events.k8s.io", "v1", "events", "Event")

@@ -88,6 +88,14 @@ class Reconciler:
         self._errors_seen: dict[ModelKey, str] = {}
 
     @property
+    def options(self) -> ReconcilerOptions:
+        return self._options
+
+    def update_options(self, options: ReconcilerOptions) -> None:
+        """Live settings (`adapter.app.live`): the next wait and cycle use `options`."""
+        self._options = options
+
+    @property
     def ready(self) -> bool:
         """Ready once the inventory has synced and something has been published (leader or follower)."""
         return self.cycles > 0

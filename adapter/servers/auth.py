@@ -1,20 +1,27 @@
-"""Authentication (requestheader / front-proxy) and authorization for the External Metrics API.
+"""Authentication (front-proxy requestheader and bearer tokens) and authorization for the External Metrics API.
 
 How a request reaches us (research k8s-metrics-keda-hpa §1.9–1.10): the HPA controller calls
 kube-apiserver, which authenticates and authorizes it, then proxies the request to us over mTLS with its
 front-proxy client certificate and passes the caller's identity in `X-Remote-User`, `X-Remote-Group`
-(repeated), `X-Remote-Extra-<key>` and `X-Remote-Uid` headers. We must
+(repeated), `X-Remote-Extra-<key>` and `X-Remote-Uid` headers. A client may also call us directly (a
+`kubectl get --raw` through a port-forward, a Prometheus or a KEDA pod with its ServiceAccount token) with
+`Authorization: Bearer <token>`. We must, as k8s.io/apiserver's delegating authenticator does (front proxy
+first, then the token; the first that vouches wins):
 
 1. accept the identity headers only on a connection whose client certificate chains to the requestheader
    client CA (TLS does that: see `adapter.servers.tls`) and, if `allowed_names` is non-empty, whose
-   subject CN is one of them; otherwise the headers are untrusted and the request is 401;
-2. authorize that identity with a SubjectAccessReview (delegated authorization).
+   subject CN is one of them; otherwise the headers are untrusted;
+2. otherwise accept a bearer token that kube-apiserver vouches for in a TokenReview
+   (`authentication.k8s.io/v1`), cached for a bounded time (allowed and denied answers alike);
+3. answer 401 when neither vouches, and a 401 that says so when the TokenReview itself could not be made;
+4. authorize the identity with a SubjectAccessReview (delegated authorization).
 
-`RequestHeaderAuthenticator` does 1. `Authorizer` is the port for 2: the SubjectAccessReview
-implementation lives in `adapter.k8s` (the only package that talks to Kubernetes); wrap it in
-`CachingAuthorizer` (Go's delegating authorizer caches allow and deny decisions for 10 s each). `AllowAll`
-serves the demo and tests. Health paths skip both steps; members of `system:masters` are always allowed
-(the aggregator's availability probe runs as that group) — both as in k8s.io/apiserver.
+`RequestHeaderAuthenticator` does 1, `BearerTokenAuthenticator` 2 and 3, `UnionAuthenticator` chains
+them. `TokenReviewer` and `Authorizer` are the ports to Kubernetes: their implementations live in
+`adapter.k8s` (the only package that talks to it). `CachingAuthorizer` caches decisions (Go's delegating
+authorizer: allow and deny for 10 s each); `AllowAll` serves the demo and tests. Health paths skip every
+step; members of `system:masters` are always allowed (the aggregator's availability probe runs as that
+group) — both as in k8s.io/apiserver.
 
 Configuration comes from flags (construct `RequestHeaderConfig` directly) or from the
 `kube-system/extension-apiserver-authentication` ConfigMap (`requestheader_config_from_configmap`).
@@ -23,30 +30,44 @@ Configuration comes from flags (construct `RequestHeaderConfig` directly) or fro
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
+import logging
+import secrets
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from adapter.domain.errors import ConfigError
+from adapter.domain.errors import AdapterError, ConfigError, Unauthorized
 
 __all__ = [
     "AUTHENTICATED_GROUP",
     "AllowAll",
     "Authenticator",
     "Authorizer",
+    "BearerTokenAuthenticator",
     "CacheStats",
     "CachingAuthorizer",
     "RequestAttributes",
     "RequestHeaderAuthenticator",
     "RequestHeaderConfig",
+    "TokenReviewStatus",
+    "TokenReviewer",
+    "TtlCache",
+    "UnionAuthenticator",
     "UserInfo",
+    "bearer_token",
     "peer_common_name",
     "requestheader_config_from_configmap",
 ]
+
+_log = logging.getLogger(__name__)
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 AUTHENTICATED_GROUP = "system:authenticated"
 """Added to every authenticated user, as Go's delegating authenticator does; RBAC's `system:discovery`
@@ -91,7 +112,8 @@ class RequestAttributes:
 
 
 class Authenticator(Protocol):
-    """Who is calling? Returns None when this authenticator cannot vouch for the request (→ 401)."""
+    """Who is calling? Returns None when this authenticator cannot vouch for the request (→ 401); raises
+    `Unauthorized` with a message when it could not find out (→ a 401 that says why)."""
 
     async def authenticate(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
         """`headers` is the request's case-insensitive multi-dict (aiohttp `CIMultiDictProxy`)."""
@@ -286,7 +308,7 @@ def _first_value(getall: Callable[[str, tuple[()]], Sequence[str]], names: Seque
 # --- authorization -----------------------------------------------------------------------------------------
 
 
-def _retrieve_exception(task: asyncio.Future[bool]) -> None:
+def _retrieve_exception(task: asyncio.Future[Any]) -> None:
     """Mark a failed decision's exception as seen even if every requester was cancelled meanwhile."""
     if not task.cancelled():
         task.exception()
@@ -301,8 +323,8 @@ class AllowAll:
 
 
 @dataclass(slots=True)
-class _Entry:
-    allowed: bool
+class _Entry(Generic[V]):
+    value: V
     expires_at_s: float
 
 
@@ -314,13 +336,74 @@ class CacheStats:
     misses: int = 0
 
 
+class TtlCache(Generic[K, V]):
+    """Answers cached for a time that depends on the answer, bounded in size, computed once per key at a time.
+
+    `ttl_of(value)` gives the seconds a value stays valid (0: not cached). Concurrent misses for the same key
+    share one computation, so the aggregator's five parallel availability probes cost one review. Errors are
+    never cached. `clock` returns seconds (monotonic in production; injected so tests control time). When
+    full (`max_entries`), expired entries are dropped first, then the oldest.
+    """
+
+    def __init__(self, *, clock: Callable[[], float], ttl_of: Callable[[V], float], max_entries: int) -> None:
+        if max_entries < 1:
+            raise ConfigError(f"cache size must be ≥ 1, got {max_entries}")
+        self.clock = clock
+        self.ttl_of = ttl_of
+        self.max_entries = max_entries
+        self.stats = CacheStats()
+        self._entries: dict[K, _Entry[V]] = {}
+        self._inflight: dict[K, asyncio.Future[V]] = {}
+
+    async def get(self, key: K, compute: Callable[[], Awaitable[V]]) -> V:
+        entry = self._entries.get(key)
+        if entry is not None:
+            if self.clock() < entry.expires_at_s:
+                self.stats.hits += 1
+                return entry.value
+            del self._entries[key]
+        self.stats.misses += 1
+        task = self._inflight.get(key)
+        if task is None:
+            # A task of its own, so a cancelled requester does not cancel the answer others wait for.
+            task = asyncio.ensure_future(self._compute(key, compute))
+            task.add_done_callback(_retrieve_exception)
+            self._inflight[key] = task
+        return await asyncio.shield(task)
+
+    async def _compute(self, key: K, compute: Callable[[], Awaitable[V]]) -> V:
+        try:
+            value = await compute()
+        finally:
+            self._inflight.pop(key, None)
+        ttl_s = self.ttl_of(value)
+        if ttl_s > 0:
+            self._store(key, _Entry(value, self.clock() + ttl_s))
+        return value
+
+    def _store(self, key: K, entry: _Entry[V]) -> None:
+        if len(self._entries) >= self.max_entries:
+            now_s = self.clock()
+            for stale in [k for k, e in self._entries.items() if e.expires_at_s <= now_s]:
+                del self._entries[stale]
+            while len(self._entries) >= self.max_entries:
+                del self._entries[next(iter(self._entries))]
+        self._entries[key] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _check_ttls(what: str, allow_ttl_s: float, deny_ttl_s: float) -> None:
+    if allow_ttl_s < 0 or deny_ttl_s < 0:
+        raise ConfigError(f"{what} cache TTLs must be ≥ 0 s, got allow={allow_ttl_s} deny={deny_ttl_s}")
+
+
 class CachingAuthorizer:
     """Caches another authorizer's decisions: allow for `allow_ttl_s`, deny for `deny_ttl_s` (Go: 10 s each).
 
-    Concurrent misses for the same (user, attributes) share one call to the inner authorizer, so the
-    aggregator's five parallel availability probes cost one SubjectAccessReview. Errors are not cached.
-    `clock` returns seconds (monotonic in production; injected so tests control time). The cache holds
-    at most `max_entries`; when full, expired entries are dropped first, then the oldest.
+    Concurrent misses for the same (user, attributes) share one call to the inner authorizer; errors are not
+    cached; at most `max_entries` decisions are kept (see `TtlCache`).
     """
 
     def __init__(
@@ -332,54 +415,169 @@ class CachingAuthorizer:
         deny_ttl_s: float = 10.0,
         max_entries: int = 4096,
     ) -> None:
-        if allow_ttl_s < 0 or deny_ttl_s < 0:
-            raise ConfigError(f"authorization cache TTLs must be ≥ 0 s, got allow={allow_ttl_s} deny={deny_ttl_s}")
+        _check_ttls("authorization", allow_ttl_s, deny_ttl_s)
         if max_entries < 1:
             raise ConfigError(f"authorization cache size must be ≥ 1, got {max_entries}")
         self.inner = inner
-        self.clock = clock
         self.allow_ttl_s = allow_ttl_s
         self.deny_ttl_s = deny_ttl_s
-        self.max_entries = max_entries
-        self.stats = CacheStats()
-        self._entries: dict[tuple[UserInfo, RequestAttributes], _Entry] = {}
-        self._inflight: dict[tuple[UserInfo, RequestAttributes], asyncio.Future[bool]] = {}
+        self._cache: TtlCache[tuple[UserInfo, RequestAttributes], bool] = TtlCache(
+            clock=clock, ttl_of=lambda allowed: allow_ttl_s if allowed else deny_ttl_s, max_entries=max_entries
+        )
+
+    @property
+    def stats(self) -> CacheStats:
+        return self._cache.stats
 
     async def authorize(self, user: UserInfo, attributes: RequestAttributes) -> bool:
-        key = (user, attributes)
-        entry = self._entries.get(key)
-        if entry is not None:
-            if self.clock() < entry.expires_at_s:
-                self.stats.hits += 1
-                return entry.allowed
-            del self._entries[key]
-        self.stats.misses += 1
-        task = self._inflight.get(key)
-        if task is None:
-            # A task of its own, so a cancelled requester does not cancel the decision others wait for.
-            task = asyncio.ensure_future(self._decide(key))
-            task.add_done_callback(_retrieve_exception)
-            self._inflight[key] = task
-        return await asyncio.shield(task)
-
-    async def _decide(self, key: tuple[UserInfo, RequestAttributes]) -> bool:
-        try:
-            allowed = await self.inner.authorize(*key)
-        finally:
-            self._inflight.pop(key, None)
-        ttl_s = self.allow_ttl_s if allowed else self.deny_ttl_s
-        if ttl_s > 0:
-            self._store(key, _Entry(allowed, self.clock() + ttl_s))
-        return allowed
-
-    def _store(self, key: tuple[UserInfo, RequestAttributes], entry: _Entry) -> None:
-        if len(self._entries) >= self.max_entries:
-            now_s = self.clock()
-            for stale in [k for k, e in self._entries.items() if e.expires_at_s <= now_s]:
-                del self._entries[stale]
-            while len(self._entries) >= self.max_entries:
-                del self._entries[next(iter(self._entries))]
-        self._entries[key] = entry
+        return await self._cache.get((user, attributes), lambda: self.inner.authorize(user, attributes))
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._cache)
+
+
+# --- bearer tokens (TokenReview) ---------------------------------------------------------------------------
+
+
+class TokenReviewStatus(Protocol):
+    """What a TokenReview answered (`status` of `authentication.k8s.io/v1` TokenReview)."""
+
+    @property
+    def authenticated(self) -> bool: ...
+
+    @property
+    def username(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def groups(self) -> tuple[str, ...]: ...
+
+    @property
+    def extra(self) -> Mapping[str, Sequence[str]]: ...
+
+    @property
+    def audiences(self) -> tuple[str, ...]: ...
+
+    @property
+    def error(self) -> str: ...
+
+
+class TokenReviewer(Protocol):
+    """Asks kube-apiserver about a token. Raises AdapterError when it gets no answer (API down, forbidden,
+    timeout): that is not a denial, and it is never cached."""
+
+    async def review(self, token: str) -> TokenReviewStatus: ...
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of `Authorization: Bearer <token>` (scheme case-insensitive, as Go's bearertoken), else None."""
+    header = headers.get("Authorization", "")
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    token = token.strip()
+    return token or None
+
+
+class BearerTokenAuthenticator:
+    """Authenticates `Authorization: Bearer` callers with TokenReviews, as k8s.io/apiserver's delegating
+    authenticator does, with a bounded TTL cache in front.
+
+    - Allowed answers are cached for `allow_ttl_s`, denied ones for `deny_ttl_s` (Go: 10 s each). Unlike Go,
+      a denial that carries an error text (an invalid or expired token) is cached too: it is the API's
+      answer, and caching it keeps a client that repeats a bad token from costing one review per request.
+      Failures to get an answer are never cached.
+    - The cache is keyed by an HMAC of the token under a per-process random key: tokens are not kept in
+      memory in the clear, and the key cannot be precomputed. At most `max_entries` answers are kept.
+    - `audiences` (empty: kube-apiserver's own) are sent in the review; an authenticated answer must name one
+      of them in `status.audiences` when it names any (Go's webhook token authenticator does the same).
+    - When the review cannot be made, `authenticate` raises `Unauthorized` with a message saying so (→ 401
+      Status): the caller learns that the adapter could not check, not that its token is bad.
+    """
+
+    def __init__(
+        self,
+        reviewer: TokenReviewer,
+        *,
+        clock: Callable[[], float],
+        audiences: Sequence[str] = (),
+        allow_ttl_s: float = 10.0,
+        deny_ttl_s: float = 10.0,
+        max_entries: int = 4096,
+    ) -> None:
+        _check_ttls("token review", allow_ttl_s, deny_ttl_s)
+        self.reviewer = reviewer
+        self.audiences = tuple(audiences)
+        self.allow_ttl_s = allow_ttl_s
+        self.deny_ttl_s = deny_ttl_s
+        self._key = secrets.token_bytes(32)
+        self._cache: TtlCache[bytes, UserInfo | None] = TtlCache(
+            clock=clock, ttl_of=lambda user: allow_ttl_s if user is not None else deny_ttl_s, max_entries=max_entries
+        )
+        self.reviews = 0
+        self.failures = 0
+
+    @property
+    def stats(self) -> CacheStats:
+        return self._cache.stats
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    async def authenticate(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
+        del peer_cert  # a token stands on its own
+        token = bearer_token(headers)
+        if token is None:
+            return None
+        digest = hmac.new(self._key, token.encode("utf-8"), hashlib.sha256).digest()
+        return await self._cache.get(digest, lambda: self._review(token))
+
+    async def _review(self, token: str) -> UserInfo | None:
+        self.reviews += 1
+        try:
+            answer = await self.reviewer.review(token)
+        except AdapterError as exc:
+            self.failures += 1
+            _log.warning("TokenReview failed, answering 401: %s", exc)
+            raise Unauthorized(
+                "Unauthorized: the bearer token could not be verified because the TokenReview with "
+                "kube-apiserver failed; retry later (this is not a verdict on the token)"
+            ) from exc
+        if not answer.authenticated or not answer.username:
+            return None
+        if self.audiences and answer.audiences and not set(self.audiences) & set(answer.audiences):
+            return None
+        groups = tuple(answer.groups)
+        return UserInfo(
+            name=answer.username,
+            uid=answer.uid,
+            groups=groups if AUTHENTICATED_GROUP in groups else (*groups, AUTHENTICATED_GROUP),
+            extra=tuple(sorted((key, tuple(values)) for key, values in answer.extra.items())),
+        )
+
+
+class UnionAuthenticator:
+    """The first authenticator that vouches for a request wins, in order (front proxy first, then tokens, as
+    k8s.io/apiserver). One that raises `Unauthorized` (it could not check) ends the search with that answer
+    only when no later one vouches."""
+
+    def __init__(self, *authenticators: Authenticator) -> None:
+        if not authenticators:
+            raise ValueError("UnionAuthenticator needs at least one authenticator")
+        self.authenticators = authenticators
+
+    async def authenticate(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
+        failure: Unauthorized | None = None
+        for authenticator in self.authenticators:
+            try:
+                user = await authenticator.authenticate(peer_cert=peer_cert, headers=headers)
+            except Unauthorized as exc:
+                failure = failure or exc
+                continue
+            if user is not None:
+                return user
+        if failure is not None:
+            raise failure
+        return None

@@ -20,6 +20,8 @@ Exported (labels; `controller_instance` is added to all when configured, as upst
 - `va_allocation_changes_total` (counter; variant_name, namespace) — desired count or accelerator changed.
 - `wva_cycle_duration_seconds` (histogram; outcome = success | error) — one reconcile cycle.
 - `wva_metrics_collection_duration_seconds` (histogram; source, outcome) — one collection.
+- Edge counters read at scrape time from the parts that keep them (`Telemetry.add_family`): the token-review
+  and authorization caches, TLS reloads, Events written, live-configuration reloads (serve composes them).
 
 A private CollectorRegistry is used, never prometheus_client's global one, so tests, the simulator and
 several adapters in one process never collide.
@@ -36,7 +38,7 @@ from typing import Literal
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from adapter.domain.decision import VariantDecision
 from adapter.domain.ids import VariantKey
@@ -187,6 +189,51 @@ class _DecisionCollector:
         return list(families.values())
 
 
+Reading = Callable[[], Mapping[tuple[str, ...], float]]
+"""Label values → value, read at scrape time."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    kind: Literal["counter", "gauge"]
+    name: str
+    documentation: str
+    labelnames: tuple[str, ...]
+    read: Reading
+
+
+class _ReadingCollector:
+    """Families whose values live in other objects (cache statistics, reload counters), read per scrape."""
+
+    def __init__(self, instance: str) -> None:
+        self._instance = instance
+        self.families: list[_Family] = []
+
+    def _build(self, family: _Family) -> GaugeMetricFamily | CounterMetricFamily:
+        labels = [*family.labelnames, *([INSTANCE_LABEL] if self._instance else [])]
+        if family.kind == "counter":
+            return CounterMetricFamily(family.name, family.documentation, labels=labels)
+        return GaugeMetricFamily(family.name, family.documentation, labels=labels)
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._build(f) for f in self.families]
+
+    def collect(self) -> Iterable[Metric]:
+        out: list[Metric] = []
+        extra = [self._instance] if self._instance else []
+        for family in self.families:
+            metric = self._build(family)
+            try:
+                values = family.read()
+            except Exception:  # a broken reader must not break the scrape
+                _log.exception("reading %s failed", family.name)
+                values = {}
+            for labels, value in sorted(values.items()):
+                metric.add_metric([*labels, *extra], value)
+            out.append(metric)
+        return out
+
+
 class Telemetry:
     """The adapter's metrics: the store-derived gauges plus what the reconciler reports.
 
@@ -261,6 +308,23 @@ class Telemetry:
             registry=self.registry,
         )
         self.registry.register(_DecisionCollector(reader, clock=clock, instance=controller_instance))
+        self._readings = _ReadingCollector(controller_instance)
+        self.registry.register(self._readings)
+
+    def add_family(
+        self,
+        name: str,
+        documentation: str,
+        *,
+        kind: Literal["counter", "gauge"],
+        labelnames: Iterable[str],
+        read: Reading,
+    ) -> None:
+        """Export `read()` (label values → value) at every scrape as a counter (`name` without `_total`; the
+        exposition adds it) or a gauge. For statistics other objects keep, so they need no metrics library."""
+        if any(f.name == name for f in self._readings.families):
+            raise ValueError(f"metric family {name!r} is already registered")
+        self._readings.families.append(_Family(kind, name, documentation, tuple(labelnames), read))
 
     def record_cycle(
         self,

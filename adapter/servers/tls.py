@@ -10,11 +10,20 @@ ECDSA P-256 keys: handshakes are several times cheaper than RSA-2048 and every c
 (Go's crypto/tls, OpenSSL) supports them.
 
 Client certificates. The aggregator authenticates to us with its front-proxy client certificate. The
-server context asks for a client certificate without requiring one (`CERT_OPTIONAL`: kubelet probes and
-plain clients present none) and trusts only the requestheader client CA. OpenSSL then *rejects the
-handshake* of a client that presents a certificate from any other CA; a client without a certificate gets
-through TLS and is answered 401 by `adapter.servers.auth` (which also checks the CN). Python's `ssl` has no
-verify callback, so "wrong CA → 401" is not possible; a TLS alert is the stricter equivalent.
+server context asks for a client certificate without requiring one (`CERT_OPTIONAL`: kubelet probes,
+bearer-token callers and plain clients present none) and trusts only the requestheader client CA. OpenSSL
+then *rejects the handshake* of a client that presents a certificate from any other CA; a client without a
+certificate gets through TLS and is authenticated (or answered 401) by `adapter.servers.auth` (which also
+checks the CN). Python's `ssl` has no verify callback, so "wrong CA → 401" is not possible; a TLS alert is
+the stricter equivalent.
+
+Rotation without a restart (`DynamicServerTLS`). OpenSSL cannot forget a CA once loaded into a context, so a
+rotated-out CA would stay trusted. Instead the listening socket keeps one base context whose SNI callback
+hands every new handshake the *current* context (OpenSSL `SSL_set_SSL_CTX`), rebuilt whenever the client CA
+(from `kube-system/extension-apiserver-authentication`) or the serving certificate files (a cert-manager
+renewal) change. New connections verify against the current CA and present the current certificate;
+connections already established keep theirs and finish. OpenSSL ≥ 1.1.1 calls the callback for every
+ClientHello, with SNI or without (server name None), so no handshake escapes it.
 
 The module reads and writes certificate files because `ssl.SSLContext.load_cert_chain` only takes paths.
 """
@@ -22,6 +31,7 @@ The module reads and writes certificate files because `ssl.SSLContext.load_cert_
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import ipaddress
 import os
 import ssl
@@ -37,6 +47,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = [
     "CertificateAuthority",
+    "DynamicServerTLS",
     "IssuedCert",
     "ServingTLS",
     "add_client_ca",
@@ -212,6 +223,114 @@ def write_pem_pair(directory: Path, stem: str, issued: IssuedCert) -> tuple[Path
     return cert_path, key_path
 
 
+@dataclass(slots=True)
+class TlsReloadStats:
+    """Counters for tests and for our own /metrics."""
+
+    client_ca_changes: int = 0
+    certificate_reloads: int = 0
+    reload_errors: int = 0
+
+
+class DynamicServerTLS:
+    """A server TLS context whose client CA and serving certificate change under a running server.
+
+    Pass `context` to the server once. `set_client_ca(pem)` and `reload_certificate()` rebuild the context
+    that new handshakes get (see the module docstring); each returns whether anything changed. A rebuild
+    that fails (a half-written certificate/key pair during a renewal, a CA bundle without a certificate)
+    raises and keeps the previous context, so the server never loses its certificate.
+
+    `client_certificates` fixes, for the server's life, whether clients are asked for a certificate: the
+    request is part of the handshake state OpenSSL copies from the base context, which a switch does not
+    change. With it, `client_ca_pem` None trusts no client certificate at all (a presented one fails the
+    handshake).
+    """
+
+    def __init__(
+        self,
+        *,
+        cert_file: Path | str,
+        key_file: Path | str,
+        client_ca_pem: bytes | str | None = None,
+        client_certificates: bool | None = None,
+    ) -> None:
+        self.cert_file = Path(cert_file)
+        self.key_file = Path(key_file)
+        self.stats = TlsReloadStats()
+        self._client_ca = _pem_text(client_ca_pem) if client_ca_pem is not None else None
+        self._asks_for_certificates = client_ca_pem is not None if client_certificates is None else client_certificates
+        self._files_digest = self._read_digest()
+        self._current = self._build(self._client_ca)
+        base = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        base.minimum_version = ssl.TLSVersion.TLSv1_2
+        base.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
+        base.verify_mode = ssl.CERT_OPTIONAL if self._asks_for_certificates else ssl.CERT_NONE
+        base.sni_callback = self._switch
+        self.context = base
+
+    @property
+    def current(self) -> ssl.SSLContext:
+        """The context new handshakes get."""
+        return self._current
+
+    @property
+    def client_ca_pem(self) -> str | None:
+        return self._client_ca
+
+    def _switch(self, ssl_object: ssl.SSLObject, server_name: str | None, _base: ssl.SSLContext) -> None:
+        del server_name  # one certificate for every name
+        ssl_object.context = self._current
+
+    def _build(self, client_ca: str | None) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
+        if client_ca is not None:
+            add_client_ca(context, client_ca)
+        return context
+
+    def _read_digest(self) -> bytes:
+        digest = hashlib.sha256()
+        for path in (self.cert_file, self.key_file):
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+        return digest.digest()
+
+    def set_client_ca(self, client_ca_pem: bytes | str) -> bool:
+        """Trust exactly `client_ca_pem` (one or more PEM certificates) for new connections."""
+        if not self._asks_for_certificates:
+            raise ValueError("this server was started without client certificates; a client CA cannot apply")
+        text = _pem_text(client_ca_pem)
+        if text == self._client_ca:
+            return False
+        try:
+            self._current = self._build(text)
+        except (ssl.SSLError, ValueError, OSError):
+            self.stats.reload_errors += 1
+            raise
+        self._client_ca = text
+        self.stats.client_ca_changes += 1
+        return True
+
+    def reload_certificate(self) -> bool:
+        """Re-read the certificate and key files; rebuild when their content changed."""
+        try:
+            digest = self._read_digest()
+            if digest == self._files_digest:
+                return False
+            self._current = self._build(self._client_ca)
+        except (ssl.SSLError, ValueError, OSError):
+            self.stats.reload_errors += 1
+            raise
+        self._files_digest = digest
+        self.stats.certificate_reloads += 1
+        return True
+
+
+def _pem_text(pem: bytes | str) -> str:
+    return pem.decode("ascii") if isinstance(pem, bytes) else pem
+
+
 @dataclass(frozen=True, slots=True)
 class ServingTLS:
     """What the composition root needs to serve HTTPS and to tell clients how to trust it."""
@@ -220,8 +339,13 @@ class ServingTLS:
     key_file: Path
     ca_pem: bytes | None
     """The CA that signed a generated certificate (for `caBundle` / kubeconfigs); None for given files."""
-    context: ssl.SSLContext
+    dynamic: DynamicServerTLS
     generated: bool
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        """The context to serve with (its client CA and certificate follow `dynamic`)."""
+        return self.dynamic.context
 
 
 def generate_serving_cert(
@@ -259,8 +383,8 @@ def server_ssl_context(
 def add_client_ca(context: ssl.SSLContext, ca_pem: bytes | str) -> None:
     """Trust `ca_pem` (one or more PEM certificates) for client certificates and start asking for them.
 
-    Additive: OpenSSL cannot forget a loaded CA, so a rotated-out CA stays trusted until restart (the
-    authenticator still enforces allowed names).
+    Additive: OpenSSL cannot forget a loaded CA. To replace a CA under a running server, use
+    `DynamicServerTLS.set_client_ca`, which builds a fresh context instead.
     """
     text = ca_pem.decode("ascii") if isinstance(ca_pem, bytes) else ca_pem
     if "-----BEGIN CERTIFICATE-----" not in text:
@@ -297,14 +421,15 @@ def serving_tls(
     now_s: float | None = None,
 ) -> ServingTLS:
     """The composition root's entry point: serve `--tls-cert-file/--tls-private-key-file` if both are
-    given, generate a certificate if neither is, and refuse one without the other."""
+    given, generate a certificate if neither is, and refuse one without the other. The context follows later
+    client-CA changes and certificate renewals through `ServingTLS.dynamic`."""
     if (cert_file is None) != (key_file is None):
         raise ValueError("--tls-cert-file and --tls-private-key-file must be given together (or neither)")
     if cert_file is not None and key_file is not None:
-        context = server_ssl_context(cert_file=cert_file, key_file=key_file, client_ca_pem=client_ca_pem)
-        return ServingTLS(Path(cert_file), Path(key_file), None, context, generated=False)
+        dynamic = DynamicServerTLS(cert_file=cert_file, key_file=key_file, client_ca_pem=client_ca_pem)
+        return ServingTLS(Path(cert_file), Path(key_file), None, dynamic, generated=False)
     cert_path, key_path, ca_pem = generate_serving_cert(
         service=service, namespace=namespace, directory=directory, now_s=now_s
     )
-    context = server_ssl_context(cert_file=cert_path, key_file=key_path, client_ca_pem=client_ca_pem)
-    return ServingTLS(cert_path, key_path, ca_pem, context, generated=True)
+    dynamic = DynamicServerTLS(cert_file=cert_path, key_file=key_path, client_ca_pem=client_ca_pem)
+    return ServingTLS(cert_path, key_path, ca_pem, dynamic, generated=True)

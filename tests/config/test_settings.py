@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter.config.settings import KNOBS, Settings, add_flags, load
+from adapter.config.settings import KNOBS, Settings, add_flags, field_of_key, load
 from adapter.domain.errors import ConfigError
 
 
@@ -164,3 +164,36 @@ def test_every_knob_is_a_settings_field_with_a_flag_and_an_env_name() -> None:
         "--tls-private-key-file",
     ):
         assert flag in {k.flag for k in KNOBS}, flag
+
+
+@pytest.mark.parametrize(
+    ("flags", "ttl_s", "audiences"),
+    [
+        pytest.param((), 10.0, (), id="defaults-as-k8s-apiserver"),
+        pytest.param(("--authentication-token-webhook-cache-ttl=2m",), 120.0, (), id="ttl"),
+        pytest.param(("--authentication-token-webhook-cache-ttl=0s",), 0.0, (), id="no-cache"),
+        pytest.param(
+            ("--authentication-token-audiences=wva, https://kubernetes.default.svc,",),
+            10.0,
+            ("wva", "https://kubernetes.default.svc"),
+            id="audiences",
+        ),
+    ],
+)
+def test_token_authentication_settings(flags: tuple[str, ...], ttl_s: float, audiences: tuple[str, ...]) -> None:
+    settings, _ = load(parse_flags(*flags), env={})
+    assert settings.authentication_token_webhook_cache_ttl_s == ttl_s
+    assert settings.token_audiences == audiences
+
+
+def test_token_cache_ttl_is_bounded() -> None:
+    with pytest.raises(ConfigError, match=r"flag --authentication-token-webhook-cache-ttl: 7200\.0"):
+        load(parse_flags("--authentication-token-webhook-cache-ttl=2h"), env={})
+
+
+@pytest.mark.parametrize(
+    ("key", "field"),
+    [("prometheus-url", "prometheus_url"), ("PROMETHEUS_BASE_URL", "prometheus_url"), ("nope", None)],
+)
+def test_field_of_key(key: str, field: str | None) -> None:
+    assert field_of_key(key) == field

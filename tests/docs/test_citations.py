@@ -35,6 +35,9 @@ NAME = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\(\))?$")
 
 NOT_CODE = {
     "status": "`status.…` in the docs is a VA's status field, not adapter/k8s/status.py",
+    "events": "`events.k8s.io` is the Kubernetes API group, not adapter/k8s/events.py",
+    "tls": "`tls.…` in the docs is a value of the Helm chart, not adapter/servers/tls.py",
+    "settings": "`settings.…` in the docs is a key of the settings ConfigMap, not adapter/config/settings.py",
 }
 """Module basenames whose dotted mentions are not code."""
 NOT_CODE_TOKENS = {

@@ -40,6 +40,10 @@ class AdapterProcess:
     serving: Pair
     watch_namespace: str
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """More environment (what the downward API gives a pod, e.g. POD_NAMESPACE)."""
+    without: tuple[str, ...] = ()
+    """Default flags to leave out (e.g. `--prometheus-url`, so the main ConfigMap can set it)."""
     https_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
@@ -47,6 +51,10 @@ class AdapterProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
+        defaults = [arg for arg in self._argv() if arg.split("=", 1)[0] not in self.without]
+        return [*defaults, *self.extra_args]
+
+    def _argv(self) -> list[str]:
         return [
             str(WVA_ADAPTER),
             "serve",
@@ -65,13 +73,13 @@ class AdapterProcess:
             "--prometheus-timeout=2s",
             "--saturation-window=2s",
             "--rest-client-timeout=10s",
-            *self.extra_args,
         ]
 
     def start(self, *, timeout_s: float = 60) -> float:
         """Start and wait for /healthz; returns the seconds it took."""
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "PROMETHEUS_BASE_URL")}
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.argv(),

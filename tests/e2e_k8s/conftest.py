@@ -155,7 +155,8 @@ class Env:
     def pods(self, variant: str) -> list[str]:
         return self.loop.run(self.node.running(self.namespace, variant))
 
-    def start_adapter(self, name: str, *extra_args: str) -> AdapterProcess:
+    def start_adapter(self, name: str, *extra_args: str, without: tuple[str, ...] = ()) -> AdapterProcess:
+        """`wva-adapter serve` for this namespace; `without` leaves default flags out (adapter.py)."""
         adapter = AdapterProcess(
             name=name,
             log=self.plane.logs / f"adapter-{self.namespace}-{name}.log",
@@ -164,6 +165,7 @@ class Env:
             serving=self.plane.pki.adapter_serving,
             watch_namespace=self.namespace,
             extra_args=list(extra_args),
+            without=without,
         )
         self.adapters.append(adapter)
         took = adapter.start()

@@ -8,17 +8,21 @@ demand spread over every pod (`Node.set_demand`): 2.7 pods' worth of KV cache se
 replicas; 0.4 goes back to 1 + 1 (worked numbers in node.py).
 
 Measured and printed (run with `-s`): for every step, the time from the decision being served through the
-aggregator to the Deployment's `spec.replicas` changing, and the HPA's events.
+aggregator to the Deployment's `spec.replicas` changing, and the HPA's events. Our own Events on the VA
+(`kubectl describe va`): one per change of the decision, none in a steady cycle, counted in the audit log.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from .apiworld import read_audit
 from .cluster import CHEAP, DEAR, until
 from .conftest import Env
+from .controlplane import ADAPTER_USER
 from .timeline import Timeline
 
 pytestmark = pytest.mark.e2e_k8s
@@ -31,6 +35,25 @@ SHORT_SCALE_DOWN = {
     ),
 }
 LOW_DEMAND, HIGH_DEMAND = 0.4, 2.7
+STEADY_S = 6.0
+"""A steady stretch of six engine cycles (1 s) in which no Event may be written."""
+
+
+def _event_writes(env: Env, since_bytes: int) -> list[tuple[str, str]]:
+    """(verb, reason) of the adapter's Event writes in this test's namespace since `since_bytes` of the audit log."""
+    log = env.plane.audit_log
+    assert log is not None
+    prefix = f"/apis/events.k8s.io/v1/namespaces/{env.namespace}/events"
+    return [
+        (r.verb, str((r.body or {}).get("reason") or "series"))
+        for r in read_audit(log, user=ADAPTER_USER, since_bytes=since_bytes)
+        if r.path.startswith(prefix)
+    ]
+
+
+def _audit_size(env: Env) -> int:
+    assert env.plane.audit_log is not None
+    return env.plane.audit_log.stat().st_size
 
 
 def _hpa_reading(env: Env, name: str) -> str | None:
@@ -91,6 +114,22 @@ def test_hpa_scales_the_deployment_up_and_down_from_the_served_metric(env: Env) 
     assert any("New size: 3" in str(m) for m in rescales), rescales
     _print_events(env, "Deployment", CHEAP)
 
+    # ---- our Events: why the desired replicas changed, and silence while nothing changes ------------------------
+    described = env.kube.kubectl("describe", "va", CHEAP, "-n", env.namespace).stdout
+    events_part = described[described.index("Events:") :]
+    print(f"[events] kubectl describe va {CHEAP} (Events):\n{events_part}")
+    assert "DesiredReplicasIncreased" in events_part
+    assert "desired replicas 1 → 2" in events_part
+    assert "desired replicas 2 → 3" in events_part
+    mark = _audit_size(env)
+    time.sleep(STEADY_S)
+    env.wait_decided({CHEAP: 3, DEAR: 1}, timeout_s=5, hold_s=0.5)  # still steady: the stretch really was
+    steady = _event_writes(env, mark)
+    assert steady == [], f"a steady cycle wrote Events: {steady}"
+    up_writes = _event_writes(env, 0)
+    print(f"[events] FIGURES Event writes in this namespace so far: {len(up_writes)} ({up_writes}); "
+          f"in {STEADY_S:.0f} steady seconds (~{STEADY_S:.0f} cycles): {len(steady)}")  # fmt: skip
+
     # ---- load down: 3 -> 2 -> 1, each after the HPA's 5 s scale-down stabilization window -----------------------
     t_down = line.now()
     env.set_demand(LOW_DEMAND)
@@ -111,4 +150,8 @@ def test_hpa_scales_the_deployment_up_and_down_from_the_served_metric(env: Env) 
         f"[hpa] FIGURES decision->spec.replicas latency: scale-up {', '.join(f'{x:.2f}s' for x in latencies_up)}; "
         f"scale-down {', '.join(f'{x:.2f}s' for x in latencies_down)}"
     )
+    writes = _event_writes(env, 0)
+    reasons = [reason for verb, reason in writes if verb == "create"]
+    assert reasons.count("DesiredReplicasDecreased") >= 2, writes  # 3 -> 2 -> 1
+    print(f"[events] FIGURES Event writes for the whole run (up and down): {len(writes)}: {writes}")
     adapter.assert_running()

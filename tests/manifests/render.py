@@ -25,7 +25,10 @@ KUSTOMIZATIONS = (
     "manifests/examples/hpa",
     "manifests/examples/keda",
     "manifests/overlays/e2e-loopback",  # test overlay of tests/e2e_k8s (docs/deployment.md)
+    "manifests/overlays/insecure-tls",  # the trial path without cert-manager (not for production)
 )
+# Kustomize Components (kind Component): built only as part of a kustomization that lists them.
+COMPONENTS = ("manifests/tls/cert-manager", "manifests/tls/insecure")
 
 
 def kubectl() -> Path:

@@ -52,6 +52,7 @@ BUILTIN_MODELS: dict[tuple[str, str], str] = {
     ("v1", "ServiceAccount"): "V1ServiceAccount",
     ("v1", "Service"): "V1Service",
     ("v1", "ConfigMap"): "V1ConfigMap",
+    ("v1", "Secret"): "V1Secret",
     ("apps/v1", "Deployment"): "V1Deployment",
     ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",
@@ -276,3 +277,133 @@ def _validate_object(value: dict[str, Any], schema: Mapping[str, Any], path: str
             ok = False
         if not ok:
             errors.append(f"{path}: {rule.get('message', rule['rule'])}")
+
+
+# ---- custom resources of other projects (their CRDs are not installed here) --------------------------------
+
+SCALED_OBJECT_SPEC_KEYS = {
+    "scaleTargetRef",
+    "pollingInterval",
+    "cooldownPeriod",
+    "initialCooldownPeriod",
+    "idleReplicaCount",
+    "minReplicaCount",
+    "maxReplicaCount",
+    "fallback",
+    "advanced",
+    "triggers",
+}
+TRIGGER_KEYS = {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"}
+ADVANCED_KEYS = {"restoreToOriginalReplicaCount", "horizontalPodAutoscalerConfig", "scalingModifiers"}
+FALLBACK_KEYS = {"failureThreshold", "replicas", "behavior"}
+
+
+def scaled_object_errors(obj: dict[str, Any]) -> list[str]:
+    """A hand-written shape check of keda.sh/v1alpha1 ScaledObject (KEDA's CRD is not installed here)."""
+    errors = strict_errors(obj["metadata"], "V1ObjectMeta", "$.metadata")
+    spec = obj["spec"]
+    errors += [f"$.spec.{k}: unknown field" for k in set(spec) - SCALED_OBJECT_SPEC_KEYS]
+    errors += strict_errors(spec["scaleTargetRef"], "V2CrossVersionObjectReference", "$.spec.scaleTargetRef")
+    for key in ("pollingInterval", "cooldownPeriod", "minReplicaCount", "maxReplicaCount"):
+        if key in spec and not (isinstance(spec[key], int) and spec[key] >= 0):
+            errors.append(f"$.spec.{key}: expected a non-negative int")
+    errors += [f"$.spec.fallback.{k}: unknown field" for k in set(spec.get("fallback", {})) - FALLBACK_KEYS]
+    advanced = spec.get("advanced", {})
+    errors += [f"$.spec.advanced.{k}: unknown field" for k in set(advanced) - ADVANCED_KEYS]
+    hpa_config = advanced.get("horizontalPodAutoscalerConfig", {})
+    errors += [f"$.spec.advanced.hpaConfig.{k}: unknown field" for k in set(hpa_config) - {"name", "behavior"}]
+    if "behavior" in hpa_config:
+        path = "$.spec.advanced.horizontalPodAutoscalerConfig.behavior"
+        errors += strict_errors(hpa_config["behavior"], "V2HorizontalPodAutoscalerBehavior", path)
+    for i, trigger in enumerate(spec.get("triggers") or []):
+        errors += [f"$.spec.triggers[{i}].{k}: unknown field" for k in set(trigger) - TRIGGER_KEYS]
+        for key, value in (trigger.get("metadata") or {}).items():
+            if not isinstance(value, str):
+                errors.append(f"$.spec.triggers[{i}].metadata.{key}: KEDA metadata values must be strings")
+    if not spec.get("triggers"):
+        errors.append("$.spec.triggers: at least one trigger is required")
+    return errors
+
+
+CERTIFICATE_SPEC_KEYS = {
+    "secretName",
+    "secretTemplate",
+    "commonName",
+    "literalSubject",
+    "subject",
+    "dnsNames",
+    "ipAddresses",
+    "uris",
+    "emailAddresses",
+    "otherNames",
+    "duration",
+    "renewBefore",
+    "renewBeforePercentage",
+    "privateKey",
+    "usages",
+    "issuerRef",
+    "isCA",
+    "keystores",
+    "revisionHistoryLimit",
+    "additionalOutputFormats",
+    "nameConstraints",
+    "encodeUsagesInRequest",
+}
+PRIVATE_KEY_KEYS = {"algorithm", "size", "encoding", "rotationPolicy"}
+KEY_USAGES = {
+    "signing", "digital signature", "content commitment", "key encipherment", "key agreement", "data encipherment",
+    "cert sign", "crl sign", "encipher only", "decipher only", "any", "server auth", "client auth", "code signing",
+    "email protection", "s/mime", "ipsec end system", "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing",
+    "microsoft sgc", "netscape sgc",
+}  # fmt: skip
+ISSUER_TYPES = {"selfSigned", "ca", "acme", "vault", "venafi"}
+
+
+def _duration_errors(spec: dict[str, Any], path: str) -> list[str]:
+    return [
+        f"{path}.{key}: expected a Go duration such as 2160h"
+        for key in ("duration", "renewBefore")
+        if key in spec and not re.fullmatch(r"(\d+(\.\d+)?(h|m|s|ms))+", str(spec[key]))
+    ]
+
+
+def cert_manager_errors(obj: dict[str, Any]) -> list[str]:
+    """A hand-written shape check of cert-manager.io/v1 Certificate and Issuer (cert-manager's CRDs are not
+    installed here): known fields, required ones, the enumerations."""
+    errors = strict_errors(obj["metadata"], "V1ObjectMeta", "$.metadata")
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "Issuer":
+        types = set(spec) & ISSUER_TYPES
+        errors += [f"$.spec.{k}: unknown field" for k in set(spec) - ISSUER_TYPES]
+        if len(types) != 1:
+            errors.append(f"$.spec: exactly one issuer type of {sorted(ISSUER_TYPES)} is required")
+        if "ca" in spec and not (spec["ca"] or {}).get("secretName"):
+            errors.append("$.spec.ca.secretName: required")
+        return errors
+    errors += [f"$.spec.{k}: unknown field" for k in set(spec) - CERTIFICATE_SPEC_KEYS]
+    if not spec.get("secretName"):
+        errors.append("$.spec.secretName: required")
+    ref = spec.get("issuerRef") or {}
+    if not ref.get("name"):
+        errors.append("$.spec.issuerRef.name: required")
+    errors += [f"$.spec.issuerRef.{k}: unknown field" for k in set(ref) - {"name", "kind", "group"}]
+    key = spec.get("privateKey") or {}
+    errors += [f"$.spec.privateKey.{k}: unknown field" for k in set(key) - PRIVATE_KEY_KEYS]
+    if key.get("algorithm", "RSA") not in {"RSA", "ECDSA", "Ed25519"}:
+        errors.append(f"$.spec.privateKey.algorithm: {key.get('algorithm')!r} is not RSA, ECDSA or Ed25519")
+    errors += [f"$.spec.usages: unknown usage {u!r}" for u in spec.get("usages") or [] if u not in KEY_USAGES]
+    errors += _duration_errors(spec, "$.spec")
+    for field in ("dnsNames", "usages"):
+        if field in spec and not all(isinstance(v, str) for v in spec[field]):
+            errors.append(f"$.spec.{field}: expected a list of strings")
+    return errors
+
+
+def foreign_errors(obj: dict[str, Any]) -> list[str] | None:
+    """Errors of a custom resource of another project we ship (KEDA, cert-manager); None for other kinds."""
+    key = (obj.get("apiVersion"), obj.get("kind"))
+    if key == ("keda.sh/v1alpha1", "ScaledObject"):
+        return scaled_object_errors(obj)
+    if key in {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}:
+        return cert_manager_errors(obj)
+    return None

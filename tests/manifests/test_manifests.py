@@ -34,19 +34,27 @@ from adapter.config.va import GROUP, KIND, PLURAL, SCALE_TARGET_KINDS, VERSION, 
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import ConditionType, DecisionPath
-from tests.manifests.render import KUSTOMIZATIONS, MANIFESTS, REPO, find, object_id, one, render
+from tests.manifests.rbac import (
+    EXPECTED_ADAPTER_RULES,
+    EXPECTED_HPA_READER_RULES,
+    EXPECTED_LEASE_RULES,
+    expand,
+    grants,
+)
+from tests.manifests.render import COMPONENTS, KUSTOMIZATIONS, MANIFESTS, REPO, find, object_id, one, render
 from tests.manifests.strict import (
     BUILTIN_MODELS,
     apply_defaults,
+    cert_manager_errors,
     deserialize,
+    foreign_errors,
+    scaled_object_errors,
     schema_errors,
     strict_errors,
 )
 
 NS = DEFAULT_CONTROLLER_NAMESPACE
 SA = "wva-adapter"
-SERVED_METRICS = ("wva_desired_replicas", "wva_current_replicas", "wva_desired_ratio")
-READ = frozenset({"get", "list", "watch"})
 
 
 def _all_rendered() -> list[tuple[str, dict[str, Any]]]:
@@ -81,9 +89,27 @@ def _example_vas() -> list[dict[str, Any]]:
 # ---- rendering ---------------------------------------------------------------------------------------------
 
 
+def _kind_of(path: Path) -> str:
+    return str(yaml.safe_load(path.read_text())["kind"])
+
+
 def test_every_kustomization_is_listed() -> None:
-    on_disk = {str(p.parent.relative_to(REPO)) for p in MANIFESTS.rglob("kustomization.yaml")}
-    assert on_disk == set(KUSTOMIZATIONS)
+    found = {str(p.parent.relative_to(REPO)): _kind_of(p) for p in MANIFESTS.rglob("kustomization.yaml")}
+    assert {k for k, kind in found.items() if kind == "Kustomization"} == set(KUSTOMIZATIONS)
+    assert {k for k, kind in found.items() if kind == "Component"} == set(COMPONENTS)
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_every_component_is_used(component: str) -> None:
+    users = [
+        rel
+        for rel in KUSTOMIZATIONS
+        if any(
+            (REPO / rel / c).resolve() == (REPO / component).resolve()
+            for c in yaml.safe_load((REPO / rel / "kustomization.yaml").read_text()).get("components") or []
+        )
+    ]
+    assert users, f"{component} is used by no kustomization"
 
 
 @pytest.mark.parametrize("rel", KUSTOMIZATIONS)
@@ -98,15 +124,27 @@ def test_kustomization_renders_unique_objects(rel: str) -> None:
         assert obj.get("metadata", {}).get("name"), obj
 
 
-def test_full_install_is_the_union_of_its_parts() -> None:
+CERT_MANAGER_OBJECTS = {
+    f"{kind}/{NS}/{name}"
+    for kind, name in (
+        ("Issuer", "wva-adapter-selfsigned"),
+        ("Issuer", "wva-adapter-ca"),
+        ("Certificate", "wva-adapter-ca"),
+        ("Certificate", "wva-adapter-serving"),
+    )
+}
+
+
+def test_full_install_is_the_union_of_its_parts_and_the_tls_component() -> None:
     parts = {object_id(o) for rel in ("crd", "rbac", "deploy", "apiservice") for o in render(f"manifests/{rel}")}
-    assert {object_id(o) for o in render("manifests")} == parts
+    assert {object_id(o) for o in render("manifests")} == parts | CERT_MANAGER_OBJECTS
+    assert {object_id(o) for o in render("manifests/overlays/insecure-tls")} == parts
 
 
 def test_keda_mode_is_the_full_install_without_the_external_metrics_path() -> None:
     full = {object_id(o) for o in render("manifests")}
     keda = {object_id(o) for o in render("manifests/keda-mode")}
-    assert full - keda == {object_id(o) for o in render("manifests/apiservice")}
+    assert full - keda == {object_id(o) for o in render("manifests/apiservice")} | CERT_MANAGER_OBJECTS
     assert keda <= full
     assert not find(render("manifests/keda-mode"), "APIService")
 
@@ -124,8 +162,9 @@ def test_object_is_strictly_valid(rel: str, obj: dict[str, Any]) -> None:
         assert schema_errors(apply_defaults(obj, _schema()), _schema()) == []
         parse_va(obj)
         return
-    if key == ("keda.sh/v1alpha1", "ScaledObject"):
-        assert scaled_object_errors(obj) == []
+    foreign = foreign_errors(obj)
+    if foreign is not None:
+        assert foreign == []
         return
     assert key in BUILTIN_MODELS, f"{rel}: no validator for {key}; add it to BUILTIN_MODELS"
     model = BUILTIN_MODELS[key]
@@ -636,40 +675,6 @@ def test_example_scale_target(va: dict[str, Any]) -> None:
 
 # ---- RBAC -------------------------------------------------------------------------------------------------
 
-EXPECTED_ADAPTER_RULES = {
-    ("llmd.ai", "variantautoscalings"): READ,
-    ("llmd.ai", "variantautoscalings/status"): {"get", "patch", "update"},
-    ("apps", "deployments"): READ,
-    ("apps", "statefulsets"): READ,
-    ("apps", "replicasets"): READ,
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): READ,
-    ("", "pods"): READ,
-    ("", "configmaps"): READ,
-    ("", "nodes"): READ,
-    ("", "services"): READ,
-    ("inference.networking.k8s.io", "inferencepools"): READ,
-    ("inference.networking.x-k8s.io", "inferencepools"): READ,
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-}
-EXPECTED_LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "patch"}}
-EXPECTED_HPA_READER_RULES = {("external.metrics.k8s.io", m): READ for m in SERVED_METRICS}
-
-
-def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
-    return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
-def _expand(expected: dict[tuple[str, str], Any]) -> set[tuple[str, str, str]]:
-    return {(g, r, v) for (g, r), verbs in expected.items() for v in verbs}
-
-
 ROLES = ("ClusterRole", "Role")
 
 
@@ -692,13 +697,13 @@ def test_role_has_no_wildcards_or_secrets(role: dict[str, Any]) -> None:
     ],
 )
 def test_role_grants_exactly(kind: str, name: str, expected: dict[tuple[str, str], Any]) -> None:
-    assert _grants(one(render("manifests"), kind, name)) == _expand(expected)
+    assert grants(one(render("manifests"), kind, name)) == expand(expected)
 
 
 def test_adapter_never_writes_workloads() -> None:
     role = one(render("manifests"), "ClusterRole", "wva-adapter")
     writes = {"create", "update", "patch", "delete"}
-    for group, resource, verb in _grants(role):
+    for group, resource, verb in grants(role):
         if verb in writes:
             assert resource in {"variantautoscalings/status", "events"}, (group, resource, verb)
 
@@ -922,8 +927,60 @@ def test_apiservice() -> None:
         "namespace": svc["metadata"]["namespace"],
         "port": https["port"],
     }
-    assert spec.get("insecureSkipTLSVerify") is True
-    assert "caBundle" not in spec, "caBundle and insecureSkipTLSVerify are mutually exclusive"
+    assert "insecureSkipTLSVerify" not in spec, "production TLS verifies the adapter"
+    assert "caBundle" not in spec, "cert-manager's cainjector writes it"
+    ref = api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    namespace, name = ref.split("/")
+    certificate = one(render("manifests"), "Certificate", name)
+    assert certificate["metadata"]["namespace"] == namespace
+
+
+def test_insecure_tls_is_only_where_asked_for() -> None:
+    """`insecureSkipTLSVerify` appears in the trial overlay alone, and there without caBundle or injection."""
+    for rel in KUSTOMIZATIONS:
+        for api in find(render(rel), "APIService"):
+            insecure = api["spec"].get("insecureSkipTLSVerify")
+            assert bool(insecure) == (rel == "manifests/overlays/insecure-tls"), rel
+            if insecure:
+                assert "caBundle" not in api["spec"]
+                assert "cert-manager.io/inject-ca-from" not in (api["metadata"].get("annotations") or {})
+
+
+def test_the_serving_certificate_covers_the_service_and_reaches_the_adapter() -> None:
+    objs = render("manifests")
+    serving = one(objs, "Certificate", "wva-adapter-serving")["spec"]
+    svc = _service()["metadata"]
+    assert f"{svc['name']}.{svc['namespace']}.svc" in serving["dnsNames"]
+    assert serving["issuerRef"]["name"] == "wva-adapter-ca"
+    assert (
+        one(objs, "Issuer", "wva-adapter-ca")["spec"]["ca"]["secretName"]
+        == (one(objs, "Certificate", "wva-adapter-ca")["spec"]["secretName"])
+    )
+    mounts = {m["name"]: m["mountPath"] for m in _container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in _pod_spec()["volumes"]}
+    secret_volume = next(
+        n for n, v in volumes.items() if v.get("secret", {}).get("secretName") == serving["secretName"]
+    )
+    flags = _flags()
+    assert flags["--tls-cert-file"] == f"{mounts[secret_volume]}/tls.crt"
+    assert flags["--tls-private-key-file"] == f"{mounts[secret_volume]}/tls.key"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        pytest.param(("spec", "dnsName", ["x"]), "$.spec.dnsName: unknown field", id="misspelled"),
+        pytest.param(("key", "algorithm", "DSA"), "is not RSA, ECDSA or Ed25519", id="algorithm"),
+        pytest.param(("spec", "usages", ["server-auth"]), "unknown usage 'server-auth'", id="usage"),
+        pytest.param(("spec", "duration", "90d"), "Go duration", id="duration"),
+        pytest.param(("spec", "secretName", ""), "$.spec.secretName: required", id="secret"),
+    ],
+)
+def test_certificate_checker_catches(change: tuple[str, str, Any], expected: str) -> None:
+    obj = copy.deepcopy(one(render("manifests"), "Certificate", "wva-adapter-serving"))
+    where, key, value = change
+    (obj["spec"] if where == "spec" else obj["spec"]["privateKey"])[key] = value
+    assert any(expected in e for e in cert_manager_errors(obj)), cert_manager_errors(obj)
 
 
 # ---- default ConfigMaps -------------------------------------------------------------------------------------
@@ -1000,49 +1057,6 @@ def test_hpa_example_documents_the_tolerance_pitfall() -> None:
 
 # ---- KEDA examples ----------------------------------------------------------------------------------------
 
-SCALED_OBJECT_SPEC_KEYS = {
-    "scaleTargetRef",
-    "pollingInterval",
-    "cooldownPeriod",
-    "initialCooldownPeriod",
-    "idleReplicaCount",
-    "minReplicaCount",
-    "maxReplicaCount",
-    "fallback",
-    "advanced",
-    "triggers",
-}
-TRIGGER_KEYS = {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"}
-ADVANCED_KEYS = {"restoreToOriginalReplicaCount", "horizontalPodAutoscalerConfig", "scalingModifiers"}
-FALLBACK_KEYS = {"failureThreshold", "replicas", "behavior"}
-
-
-def scaled_object_errors(obj: dict[str, Any]) -> list[str]:
-    """A hand-written shape check of keda.sh/v1alpha1 ScaledObject (KEDA's CRD is not installed here)."""
-    errors = strict_errors(obj["metadata"], "V1ObjectMeta", "$.metadata")
-    spec = obj["spec"]
-    errors += [f"$.spec.{k}: unknown field" for k in set(spec) - SCALED_OBJECT_SPEC_KEYS]
-    errors += strict_errors(spec["scaleTargetRef"], "V2CrossVersionObjectReference", "$.spec.scaleTargetRef")
-    for key in ("pollingInterval", "cooldownPeriod", "minReplicaCount", "maxReplicaCount"):
-        if key in spec and not (isinstance(spec[key], int) and spec[key] >= 0):
-            errors.append(f"$.spec.{key}: expected a non-negative int")
-    errors += [f"$.spec.fallback.{k}: unknown field" for k in set(spec.get("fallback", {})) - FALLBACK_KEYS]
-    advanced = spec.get("advanced", {})
-    errors += [f"$.spec.advanced.{k}: unknown field" for k in set(advanced) - ADVANCED_KEYS]
-    hpa_config = advanced.get("horizontalPodAutoscalerConfig", {})
-    errors += [f"$.spec.advanced.hpaConfig.{k}: unknown field" for k in set(hpa_config) - {"name", "behavior"}]
-    if "behavior" in hpa_config:
-        path = "$.spec.advanced.horizontalPodAutoscalerConfig.behavior"
-        errors += strict_errors(hpa_config["behavior"], "V2HorizontalPodAutoscalerBehavior", path)
-    for i, trigger in enumerate(spec.get("triggers") or []):
-        errors += [f"$.spec.triggers[{i}].{k}: unknown field" for k in set(trigger) - TRIGGER_KEYS]
-        for key, value in (trigger.get("metadata") or {}).items():
-            if not isinstance(value, str):
-                errors.append(f"$.spec.triggers[{i}].metadata.{key}: KEDA metadata values must be strings")
-    if not spec.get("triggers"):
-        errors.append("$.spec.triggers: at least one trigger is required")
-    return errors
-
 
 def _scaled_objects() -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in render("manifests/examples/keda")}
@@ -1104,7 +1118,7 @@ def test_scaled_object_example(va: dict[str, Any]) -> None:
 
 def test_deployment_doc_names_only_existing_paths() -> None:
     text = (REPO / "docs" / "deployment.md").read_text(encoding="utf-8")
-    paths = set(re.findall(r"(?<![\w/.-])((?:manifests|docs|tests)/[\w./*-]*[\w/])", text))
+    paths = set(re.findall(r"(?<![\w/.-])((?:manifests|docs|tests|charts|hack)/[\w./*-]*[\w/])", text))
     assert paths, "docs/deployment.md should point at the manifests"
     missing = sorted(p for p in paths if not list(REPO.glob(p.rstrip("/"))))
     assert missing == []

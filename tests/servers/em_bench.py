@@ -27,9 +27,16 @@ from typing import Any
 
 from aiohttp import web
 
-from adapter.servers.auth import AllowAll, CachingAuthorizer, RequestHeaderAuthenticator, RequestHeaderConfig
+from adapter.servers.auth import (
+    AllowAll,
+    BearerTokenAuthenticator,
+    CachingAuthorizer,
+    RequestHeaderAuthenticator,
+    RequestHeaderConfig,
+    UnionAuthenticator,
+)
 from adapter.servers.external_metrics import build_external_metrics_app, start_https_server
-from adapter.servers.tls import server_ssl_context
+from adapter.servers.tls import DynamicServerTLS
 from tests.servers._em_support import EM_BASE, EM_NS, EM_PROXY_CN, EmPki, em_make_pki, em_store
 
 PATH = f"{EM_BASE}/namespaces/{EM_NS}/wva_desired_replicas?labelSelector=variant_name%3Dllama-h100"
@@ -149,6 +156,13 @@ async def _round(
     return result
 
 
+class _NoReviews:
+    """The bench's callers all come through the front proxy; a review would be a bug in the bench."""
+
+    async def review(self, token: str) -> Any:
+        raise AssertionError(f"unexpected TokenReview for {token[:4]}…")
+
+
 async def benchmark(*, seconds: float, rounds: int, connections: int, auth: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="em-bench-") as directory:
         return await _benchmark(Path(directory), seconds=seconds, rounds=rounds, connections=connections, auth=auth)
@@ -156,18 +170,21 @@ async def benchmark(*, seconds: float, rounds: int, connections: int, auth: bool
 
 async def _benchmark(directory: Path, *, seconds: float, rounds: int, connections: int, auth: bool) -> dict[str, Any]:
     pki = em_make_pki(directory)
-    context = server_ssl_context(
+    # serve's context: each handshake switches to the current (rotatable) context in the SNI callback.
+    context = DynamicServerTLS(
         cert_file=pki.serving_cert, key_file=pki.serving_key, client_ca_pem=pki.front_proxy_ca_pem
-    )
+    ).context
     store = em_store()
 
     def ours() -> web.Application:
         if not auth:
             return build_external_metrics_app(store)
+        # As `serve` composes it: the front proxy first, bearer tokens behind it (never reached here).
         config = RequestHeaderConfig(pki.front_proxy_ca_pem.decode(), allowed_names=(EM_PROXY_CN,))
+        tokens = BearerTokenAuthenticator(_NoReviews(), clock=time.monotonic)
         return build_external_metrics_app(
             store,
-            authenticator=RequestHeaderAuthenticator(config),
+            authenticator=UnionAuthenticator(RequestHeaderAuthenticator(config), tokens),
             authorizer=CachingAuthorizer(AllowAll(), clock=time.monotonic),
         )
 

@@ -382,3 +382,29 @@ async def test_metrics_openmetrics_negotiation(telemetry_harness: TelemetryHarne
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("application/openmetrics-text")
         assert (await response.text()).rstrip().endswith("# EOF")
+
+
+def test_families_read_at_scrape_time() -> None:
+    telemetry = Telemetry(DecisionStore(), controller_instance="a")
+    counts = {("hit",): 1.0}
+    telemetry.add_family("wva_test_cache", "doc", kind="counter", labelnames=("result",), read=lambda: counts)
+    telemetry.add_family("wva_test_state", "doc", kind="gauge", labelnames=(), read=lambda: {(): 3.0})
+    sample = telemetry.registry.get_sample_value
+    assert sample("wva_test_cache_total", {"result": "hit", "controller_instance": "a"}) == 1.0
+    counts[("hit",)] = 5.0
+    assert sample("wva_test_cache_total", {"result": "hit", "controller_instance": "a"}) == 5.0
+    assert sample("wva_test_state", {"controller_instance": "a"}) == 3.0
+    with pytest.raises(ValueError, match="already registered"):
+        telemetry.add_family("wva_test_state", "doc", kind="gauge", labelnames=(), read=dict)
+
+
+def test_a_broken_family_reader_does_not_break_the_scrape(caplog: pytest.LogCaptureFixture) -> None:
+    telemetry = Telemetry(DecisionStore())
+
+    def broken() -> dict[tuple[str, ...], float]:
+        raise RuntimeError("boom")
+
+    telemetry.add_family("wva_test_broken", "doc", kind="counter", labelnames=("x",), read=broken)
+    text = prometheus_client.generate_latest(telemetry.registry).decode()
+    assert "wva_cycle_duration_seconds" in text
+    assert "reading wva_test_broken failed" in caplog.text
