@@ -31,10 +31,9 @@ from typing import Any
 import yaml
 from scipy import stats
 
+from adapter.analyzers import registry
 from adapter.app.simulate import find_frontier, run_scenario
 from adapter.config.configmaps import ConfigSet
-from adapter.config.engine import EngineConfig
-from adapter.engine.analyze import choose_analyzer
 from adapter.sim import scenario as scenario_module
 from adapter.sim.frontier import Frontier, Hint
 from adapter.sim.policies import POLICIES, POLICY_ANALYZER, Policy, PolicyError
@@ -73,7 +72,7 @@ def default_policy() -> str:
         controller_namespace=entries[0]["namespace"],
     )
     model = scenario_module.load(SCENARIOS / "steps.yaml").model
-    analyzer, _ = choose_analyzer(EngineConfig(configmaps=configset), model, configset.saturation(model)[0])
+    analyzer = registry.choose(configset, model, configset.saturation(model)[0]).name
     by_analyzer = {a: p for p, a in POLICY_ANALYZER.items()}
     return str(by_analyzer[analyzer])
 
