@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.latency import ModelLatency
 
 DEFAULT_VARIANT_COST = 10.0
 """Cost of a variant whose `variantCost` is empty (upstream's default)."""
@@ -185,13 +186,16 @@ class PodMetrics:
 
 @dataclass(frozen=True, slots=True)
 class ModelTraffic:
-    """Model-level signals: requests over the retention window and the EPP flow-control queue."""
+    """Model-level signals: requests over the retention window, the EPP flow-control queue, latency histograms."""
 
     key: ModelKey
     request_count: float | None = None
     """`sum(increase(vllm:request_success_total[retention]))`; None = no answer (never read as zero)."""
     epp_queue_size: float | None = None
     epp_queue_bytes: float | None = None
+    latency: ModelLatency | None = None
+    """TTFT and per-request TPOT histograms summed over the model's pods (adapter.domain.latency); None = no
+    latency series for the model (or the queries failed): no evidence."""
 
 
 @dataclass(frozen=True, slots=True)
