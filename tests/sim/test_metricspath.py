@@ -267,6 +267,13 @@ def test_the_collector_reads_the_fleets_latency_histograms() -> None:
         truth = float(np.mean(tpot[done] <= edge))
         assert latency.tpot_within(edge) == pytest.approx(truth, abs=0.03), edge
     assert 0.0 < latency.ttft_within(0.25) < 1.0  # the test can fail: the load spreads TTFT over edges
+    # the fleet's own view (the demo's Snapshot) computes Δcounter/Δt itself: the same answer within noise
+    own = fleet.snapshot(900.0).models[MODEL].latency
+    assert own is not None
+    assert own.window_s == 300.0
+    for edge in (0.25, 0.5, 1.0):
+        assert own.ttft_within(edge) == pytest.approx(latency.ttft_within(edge), abs=0.02)
+    assert own.tpot_within(0.05) == pytest.approx(latency.tpot_within(0.05), abs=0.02)
 
 
 def _sample(ttft: list[int], tpot: list[int]) -> ScrapeSample:
