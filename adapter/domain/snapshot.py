@@ -140,6 +140,12 @@ class ScaleTarget:
     vllm: VllmArgs = field(default_factory=VllmArgs)
     role: str = ""
     """P/D disaggregation role from the pod label `llm-d.ai/role`: "prefill", "decode", or "" (both)."""
+    startup_s: tuple[float, ...] = ()
+    """Startup durations (pod creation → Ready, seconds) of the target's pods that are Ready now, ascending;
+    () = none known (no ready pod, or timestamps missing). The inventory reads them from the pods
+    (`PodInfo.startup_s`), the simulator from its pods' creation and ready times. A forecast's lead time (the
+    p90 of these, issue 18) comes from here; a variant at zero replicas has none, so the caller needs a
+    remembered value or a configured default."""
 
     @property
     def pending_replicas(self) -> int:

@@ -475,6 +475,9 @@ class SimulatedFleet:
                 pod = self._new_pod(vi, config.start_s)
                 self._start_pod(pod, config.start_s, startup_s=0.0)
                 self._make_ready(pod, config.start_s)
+                # Running before the fleet's clock starts: as if created a median startup earlier, so the
+                # inventory's startup times (`ScaleTarget.startup_s`) are not zeros no real pod would show.
+                pod.created_s = config.start_s - variant.startup.median_s
             self._max_live[vi] = variant.initial_replicas
         if scrape_sink is not None:  # Prometheus has been scraping the initial pods all along
             self._emit_scrape(config.start_s)
@@ -542,18 +545,19 @@ class SimulatedFleet:
         )
 
     def scale_target(self, variant: str) -> ScaleTarget:
-        """The Deployment as the inventory reads it: status.replicas = non-terminating pods."""
+        """The Deployment as the inventory reads it: status.replicas = non-terminating pods; `startup_s` = each
+        ready pod's creation → ready time (waiting for a GPU included, as Kubernetes counts it)."""
         vi = self._vi(variant)
         v = self._variants[vi]
         live = [p for p in self._pods[vi] if p.state in _LIVE]
-        ready = sum(1 for p in live if p.state is PodState.READY)
+        ready = [p for p in live if p.state is PodState.READY]
         perf = v.perf
         return ScaleTarget(
             kind="Deployment",
             namespace=self.config.namespace,
             name=v.deployment,
             replicas=len(live),
-            ready_replicas=ready,
+            ready_replicas=len(ready),
             spec_replicas=self._spec[vi],
             gpus_per_replica=v.gpus_per_replica,
             accelerator=v.accelerator,
@@ -564,6 +568,7 @@ class SimulatedFleet:
                 block_size=perf.block_size,
                 num_gpu_blocks_override=perf.num_gpu_blocks,
             ),
+            startup_s=tuple(sorted(p.ready_at_s - p.created_s for p in ready)),
         )
 
     # ---------------------------------------------------------------- actuation
