@@ -450,16 +450,27 @@ class SeriesStore:
         total: list[float] | None = None
         start_s = now_s - window_s
         for series in self._series.values():
-            points = self._window(series, now_s, window_s)
-            if len(points) < 2:
-                continue
             if series.bucket_reset:
+                points = self._window(series, now_s, window_s)
+                if len(points) < 2:
+                    continue
                 rows = np.array([read(s) for _, s in points], dtype=np.float64)
                 times = [t for t, _ in points]
                 increase = list(extrapolated_deltas(times, rows, start_s=start_s, end_s=now_s))
-            else:
-                (t0, s0), (t1, s1) = points[0], points[-1]
-                increase = monotone_increases((t0, read(s0)), (t1, read(s1)), len(points), start_s=start_s, end_s=now_s)
+            else:  # only the first and last samples in the window and their count: scan from the newest
+                n, last, first = 0, None, None
+                for point in reversed(series.samples):
+                    if point[0] <= start_s:
+                        break
+                    if point[0] <= now_s:
+                        n += 1
+                        first = point
+                        last = last or point
+                if n < 2 or first is None or last is None:
+                    continue
+                increase = monotone_increases(
+                    (first[0], read(first[1])), (last[0], read(last[1])), n, start_s=start_s, end_s=now_s
+                )
             total = increase if total is None else [a + b for a, b in zip(total, increase, strict=True)]
         if total is None:
             return []
