@@ -71,14 +71,14 @@ class LatencyHistogram:
         if not self.buckets or self.buckets[-1][0] != INF:
             raise ValueError("a latency histogram needs its +Inf bucket (the total rate) last")
         previous_le, previous_rate = -INF, 0.0
-        for le, rate in self.buckets:
-            if math.isnan(le) or le < 0 or le <= previous_le:
+        for le, rate in self.buckets:  # comparisons with NaN are false: each `not (…)` also refuses NaN
+            if not (le > previous_le and le >= 0):
                 raise ValueError(
                     f"bucket bounds must be strictly increasing numbers >= 0, got {le!r} after {previous_le!r}"
                 )
-            if not (math.isfinite(rate) and rate >= 0):
-                raise ValueError(f"bucket le={le!r}: the rate must be a finite number >= 0, got {rate!r}")
-            if rate < previous_rate:
+            if not (previous_rate <= rate < INF):
+                if not 0 <= rate < INF:
+                    raise ValueError(f"bucket le={le!r}: the rate must be a finite number >= 0, got {rate!r}")
                 raise ValueError(f"bucket le={le!r}: cumulative rate {rate!r} below the previous {previous_rate!r}")
             previous_le, previous_rate = le, rate
 
@@ -98,18 +98,20 @@ class LatencyHistogram:
         summed: dict[float, float] = {}
         for raw_le, raw_rate in pairs:
             le, rate = float(raw_le), float(raw_rate)
-            if math.isnan(le) or le < 0:
+            if not le >= 0:  # NaN too
                 raise ValueError(f"a bucket bound must be a number >= 0 (seconds), got {le!r}")
-            if not (math.isfinite(rate) and rate >= 0):
+            if not 0 <= rate < INF:
                 raise ValueError(f"bucket le={le!r}: the rate must be a finite number >= 0, got {rate!r}")
-            summed[le] = summed.get(le, 0.0) + rate
+            summed[le] = summed[le] + rate if le in summed else rate
         if INF not in summed:
             raise ValueError("a latency histogram needs its +Inf bucket (the total rate)")
         total = summed[INF]
         out: list[tuple[float, float]] = []
         running = 0.0
         for le in sorted(summed):
-            running = max(running, min(summed[le], total))
+            rate = summed[le]
+            rate = min(rate, total)
+            running = max(running, rate)
             out.append((le, running))
         return cls(tuple(out))
 
