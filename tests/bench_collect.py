@@ -26,6 +26,7 @@ import cProfile
 import gc
 import io
 import json
+import math
 import os
 import pstats
 import random
@@ -47,6 +48,7 @@ from adapter import engine
 from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.latency import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S
 from adapter.domain.snapshot import DesiredAlloc, ScaleTarget, Snapshot, VariantSpec, VariantStatus, VariantView
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import EPP_MODEL_LABEL, Query, QueryName, build_queries
@@ -131,6 +133,19 @@ def _result(query: Query, fleet: Fleet, load: dict[str, float], rng: random.Rand
             for mq in fleet.models
             if mq.key in query.models
         ]
+    if name in (QueryName.TTFT_HISTOGRAM, QueryName.TPOT_HISTOGRAM):
+        # model-level: one series per model and vLLM default edge, cumulative rates of a model's requests
+        edges = VLLM_TTFT_BUCKETS_S if name is QueryName.TTFT_HISTOGRAM else VLLM_ITL_BUCKETS_S
+        typical = 0.5 if name is QueryName.TTFT_HISTOGRAM else 0.05
+        out = []
+        for mq in fleet.models:
+            total = load[mq.key.model_id] * 40.0
+            for le in (*edges, math.inf):
+                share = 1.0 if math.isinf(le) else le / (le + typical)
+                labels = {"namespace": mq.key.namespace, "model_name": mq.key.model_id}
+                labels["le"] = "+Inf" if math.isinf(le) else repr(le)
+                out.append(_sample(labels, round(total * share, 4)))
+        return out
     if name in (QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES):
         per_req = 1 if name is QueryName.EPP_QUEUE_SIZE else 4096
         return [

@@ -19,7 +19,7 @@ from typing import TextIO
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.errors import ConfigError
 from adapter.metrics.collector import assemble
-from adapter.metrics.queries import ALL_QUERIES, Query, QueryName, QueryWindows, build_queries
+from adapter.metrics.queries import ALL_QUERIES, HISTOGRAM_QUERIES, Query, QueryName, QueryWindows, build_queries
 from adapter.sim import scenario as scenario_module
 from adapter.sim.frontier import Frontier, Hint, search
 from adapter.sim.metricspath import SeriesStore
@@ -44,6 +44,8 @@ def query_window_s(query: Query, windows: QueryWindows) -> float:
         return windows.dispatch_s
     if name is QueryName.REQUEST_COUNT:
         return float(query.retention_s or 0.0)
+    if name in HISTOGRAM_QUERIES:
+        return windows.latency_histogram_s
     return 0.0
 
 

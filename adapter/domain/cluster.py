@@ -23,6 +23,21 @@ class PodInfo:
     """The VA whose scale target owns the pod."""
     ready: bool
     ip: str = ""
+    created_s: float | None = None
+    """`metadata.creationTimestamp`, epoch seconds (whole seconds: RFC 3339 as the API server writes it)."""
+    ready_since_s: float | None = None
+    """`lastTransitionTime` of the pod's `Ready=True` condition, epoch seconds; None when not ready or unknown."""
+
+    @property
+    def startup_s(self) -> float | None:
+        """Creation → Ready, seconds: scheduling, image pull, model load and readiness probe, as the user waits
+        for them. None unless the pod is ready with both timestamps known. It is the *last* transition to
+        Ready: a pod that went unready and back reports creation → that return (an over-estimate of its
+        startup). Clocks of the API server and the kubelet may disagree by a little: never below 0.
+        Example: created 12:00:00, Ready since 12:02:07 ⇒ 127.0."""
+        if not self.ready or self.created_s is None or self.ready_since_s is None:
+            return None
+        return max(0.0, self.ready_since_s - self.created_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.latency import ModelLatency
 
 DEFAULT_VARIANT_COST = 10.0
 """Cost of a variant whose `variantCost` is empty (upstream's default)."""
@@ -153,6 +154,12 @@ class ScaleTarget:
     vllm: VllmArgs = field(default_factory=VllmArgs)
     role: str = ""
     """P/D disaggregation role from the pod label `llm-d.ai/role`: "prefill", "decode", or "" (both)."""
+    startup_s: tuple[float, ...] = ()
+    """Startup durations (pod creation → Ready, seconds) of the target's pods that are Ready now, ascending;
+    () = none known (no ready pod, or timestamps missing). The inventory reads them from the pods
+    (`PodInfo.startup_s`), the simulator from its pods' creation and ready times. A forecast's lead time (the
+    p90 of these, issue 18) comes from here; a variant at zero replicas has none, so the caller needs a
+    remembered value or a configured default."""
 
     @property
     def pending_replicas(self) -> int:
@@ -199,13 +206,16 @@ class PodMetrics:
 
 @dataclass(frozen=True, slots=True)
 class ModelTraffic:
-    """Model-level signals: requests over the retention window and the EPP flow-control queue."""
+    """Model-level signals: requests over the retention window, the EPP flow-control queue, latency histograms."""
 
     key: ModelKey
     request_count: float | None = None
     """`sum(increase(vllm:request_success_total[retention]))`; None = no answer (never read as zero)."""
     epp_queue_size: float | None = None
     epp_queue_bytes: float | None = None
+    latency: ModelLatency | None = None
+    """TTFT and per-request TPOT histograms summed over the model's pods (adapter.domain.latency); None = no
+    latency series for the model (or the queries failed): no evidence."""
 
 
 @dataclass(frozen=True, slots=True)

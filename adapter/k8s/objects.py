@@ -19,6 +19,7 @@ from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import NodeGpus, ScaleTarget, VariantSpec, VariantStatus, VllmArgs
+from adapter.domain.timefmt import parse_rfc3339_s
 
 log = logging.getLogger(__name__)
 
@@ -227,19 +228,39 @@ class PodRecord:
     ip: str
     ports: Mapping[str, int]
     """Named container ports (resolves a Service's named targetPort)."""
+    created_s: float | None = None
+    """`metadata.creationTimestamp` (epoch seconds); None when absent or not a timestamp."""
+    ready_since_s: float | None = None
+    """`lastTransitionTime` of the `Ready=True` condition; None when not ready or the time is absent."""
+
+
+def _timestamp(value: Any) -> float | None:
+    """An RFC 3339 timestamp as the API server writes it, else None (a malformed time is not worth a pod)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_rfc3339_s(value)
+    except ValueError:
+        return None
 
 
 def project_pod(obj: dict[str, Any]) -> PodRecord | None:
     """Running and pending pods; finished ones (Succeeded / Failed) are skipped. A terminating pod is kept
-    but never counted ready: it is leaving and its metrics would mislead."""
+    but never counted ready: it is leaving and its metrics would mislead. The creation time and the time the
+    pod last became Ready give its startup duration (`PodInfo.startup_s`)."""
     namespace, name, metadata = _meta(obj)
     status = _dict(obj.get("status"))
     if not name or status.get("phase") in ("Succeeded", "Failed"):
         return None
-    ready = any(
-        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in _list(status.get("conditions"))
+    ready_condition = next(
+        (
+            c
+            for c in _list(status.get("conditions"))
+            if isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        ),
+        None,
     )
+    ready = ready_condition is not None and not metadata.get("deletionTimestamp")
     ports: dict[str, int] = {}
     for container in _list(_dict(obj.get("spec")).get("containers")):
         for raw_port in _list(_dict(container).get("ports")):
@@ -253,9 +274,11 @@ def project_pod(obj: dict[str, Any]) -> PodRecord | None:
         labels=_labels(metadata.get("labels")),
         owner_kind=owner_kind,
         owner_name=owner_name,
-        ready=ready and not metadata.get("deletionTimestamp"),
+        ready=ready,
         ip=str(status.get("podIP") or ""),
         ports=ports,
+        created_s=_timestamp(metadata.get("creationTimestamp")),
+        ready_since_s=_timestamp(ready_condition.get("lastTransitionTime")) if ready and ready_condition else None,
     )
 
 

@@ -17,8 +17,14 @@ use), recorded in `Collection.errors`, and reflected in the result:
 Samples that cannot be used are dropped and counted in `Collection.dropped_samples` by reason: `nan`, `inf`,
 `negative`, `out-of-range` (a hit rate above 1), `unknown-pod` (the pod is not behind any VA: e.g. deleted
 but still inside the query window, or not ours), `unknown-model` (not a requested model; the regex selector
-matches a cross product), `missing-label` (no pod or model label), `invalid-label` (cache geometry labels that
-are not integers).
+matches a cross product), `missing-label` (no pod, model or `le` label), `invalid-label` (cache geometry labels
+that are not integers, a bucket bound `le` that is not a number >= 0), `incomplete-histogram` (a model's
+latency buckets without their `+Inf` bucket: the total is unknown, so the histogram is dropped whole).
+
+Latency histograms (`ttft_histogram`, `tpot_histogram`) are model-level: each answer element is one bucket
+edge of one model, summed over its pods in PromQL; `le` is parsed as a float (`+Inf` included, and "1" and
+"1.0" are one edge), and the buckets become `ModelTraffic.latency` (adapter.domain.latency). A model with no
+series in either answer gets `latency=None`; one side missing or failed leaves that histogram None.
 
 Concurrency: `prometheus_api_client.PrometheusConnect` is synchronous (requests). Queries run in a private
 thread pool of `max_concurrency` threads, gated by a semaphore on the loop side so each query's timeout starts
@@ -65,6 +71,7 @@ from urllib3.util.retry import Retry
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.errors import ConfigError, PrometheusUnavailable, QueryError, SourceError
 from adapter.domain.ids import ModelKey
+from adapter.domain.latency import LatencyHistogram, ModelLatency
 from adapter.domain.snapshot import ModelTraffic, PodMetrics
 from adapter.metrics.queries import (
     DEFAULT_MAX_QUERY_BYTES,
@@ -389,6 +396,7 @@ _MODEL_FIELD = {
     QueryName.EPP_QUEUE_SIZE: "epp_queue_size",
     QueryName.EPP_QUEUE_BYTES: "epp_queue_bytes",
 }
+_HISTOGRAM_FIELD = {QueryName.TTFT_HISTOGRAM: "ttft", QueryName.TPOT_HISTOGRAM: "tpot"}
 _UPPER_BOUND = {QueryName.PREFIX_CACHE_HIT_RATE: 1.0}
 _INF = math.inf
 _MALFORMED = (AttributeError, IndexError, KeyError, TypeError, ValueError)
@@ -425,6 +433,8 @@ class Digest:
     """cache_config_info: (num_gpu_blocks, block_size) by (namespace, pod)."""
     traffic: Mapping[ModelKey, float] | None = None
     """A model-level value (request count, EPP queue) by model."""
+    histograms: Mapping[ModelKey, LatencyHistogram] | None = None
+    """A latency histogram (TTFT or TPOT buckets) by model."""
     dropped: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -439,6 +449,8 @@ def digest(query: Query, result: Sequence[Any], pod_variants: Mapping[PodKey, st
             return Digest(query, geometry=_geometry(query, result, pod_variants, drops), dropped=drops)
         if query.name in _MODEL_FIELD:
             return Digest(query, traffic=_model_values(query, result, drops), dropped=drops)
+        if query.name in _HISTOGRAM_FIELD:
+            return Digest(query, histograms=_histograms(query, result, drops), dropped=drops)
         return Digest(query, column=_column(query, result, pod_variants, drops), dropped=drops)
     except _MALFORMED as e:
         raise QueryError(f"malformed vector element in the answer: {_short(e)}") from e
@@ -539,6 +551,48 @@ def _model_values(query: Query, result: Sequence[Any], drops: Counter[str]) -> d
     return out
 
 
+def _histograms(query: Query, result: Sequence[Any], drops: Counter[str]) -> dict[ModelKey, LatencyHistogram]:
+    """Bucket rates by model → one `LatencyHistogram` per model (sorted, coalesced, repaired by `from_pairs`).
+
+    Example element: `{"metric": {"namespace": "ns", "model_name": "m", "le": "2.5"}, "value": [t, "9"]}`.
+    """
+    pairs: dict[ModelKey, list[tuple[float, float]]] = {}
+    keys: dict[tuple[str, str], ModelKey | None] = {}  # one model's ~20 elements share their labels: parse once
+    bounds: dict[str, float] = {}
+    for item in result:
+        labels = item["metric"]
+        model, raw_le = labels.get("model_name", ""), labels.get("le")
+        value = float(item["value"][1])
+        if not model or raw_le is None:
+            drops["missing-label"] += 1
+            continue
+        names = (labels.get("namespace", ""), model)
+        if names not in keys:
+            key = ModelKey(*names)
+            keys[names] = key if key in query.models else None
+        if (known := keys[names]) is None:
+            drops["unknown-model"] += 1
+            continue
+        if (le := bounds.get(raw_le)) is None:
+            try:
+                le = bounds[raw_le] = float(raw_le)
+            except ValueError:
+                le = bounds[raw_le] = math.nan
+        if not le >= 0:  # NaN too
+            drops["invalid-label"] += 1
+        elif not 0.0 <= value < _INF:
+            drops[_value_problem(value)] += 1
+        else:
+            pairs.setdefault(known, []).append((le, value))
+    out: dict[ModelKey, LatencyHistogram] = {}
+    for key, buckets in pairs.items():
+        if not any(le == _INF for le, _ in buckets):
+            drops["incomplete-histogram"] += 1
+            continue
+        out[key] = LatencyHistogram.from_pairs(buckets)
+    return out
+
+
 def join(
     models: Sequence[ModelQuery],
     outcomes: Sequence[tuple[Query, Digest | SourceError]],
@@ -561,6 +615,8 @@ def join(
     columns: dict[str, Column] = {}
     geometry: dict[PodKey, tuple[int, int]] = {}
     traffic: dict[ModelKey, dict[str, float]] = {}
+    latency: dict[ModelKey, dict[str, LatencyHistogram]] = {}
+    latency_window_s = 0.0
     dropped: Counter[str] = Counter()
     for query, outcome in outcomes:
         if isinstance(outcome, SourceError):
@@ -573,9 +629,20 @@ def join(
         if outcome.traffic is not None:
             for key, value in outcome.traffic.items():
                 traffic.setdefault(key, {})[_MODEL_FIELD[query.name]] = value
+        if outcome.histograms is not None:
+            latency_window_s = query.window_s or latency_window_s
+            for key, histogram in outcome.histograms.items():
+                latency.setdefault(key, {})[_HISTOGRAM_FIELD[query.name]] = histogram
     return Collection(
         pods=_pods(columns, geometry, pod_variants),
-        models={key: ModelTraffic(key, **traffic.get(key, {})) for key in sorted(keys)},
+        models={
+            key: ModelTraffic(
+                key,
+                **traffic.get(key, {}),
+                latency=ModelLatency(latency_window_s, **latency[key]) if key in latency else None,
+            )
+            for key in sorted(keys)
+        },
         available=True,
         unavailable_models=unavailable,
         dropped_samples=dict(sorted(dropped.items())),

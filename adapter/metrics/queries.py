@@ -9,7 +9,7 @@ the exception: it is asked once per *distinct retention period*, because the win
 
 Trade-offs, stated:
 
-* + Query load is constant in the number of models (12 + one per retention period), so Prometheus load and
+* + Query load is constant in the number of models (14 + one per retention period), so Prometheus load and
   cycle latency do not grow with the fleet; the answer grows linearly with the pods, as it must.
 * − A failed query fails that metric for every model it covers at once (one 500 on the KV query makes every
   model unavailable this cycle, where upstream would lose one model). Prometheus errors are rarely
@@ -51,6 +51,29 @@ Label normalisation in PromQL (so `or` can deduplicate server-side):
 Both `or` properties (the metric name is ignored; an EPP exposing both families counts once) are checked
 against a real Prometheus in tests/e2e_prometheus.
 
+Latency histograms (issue 18: attainment from bucket counts, research/predictive-scaling.md §3, §4) are asked
+per *model*, never per pod: `sum by (namespace, model_name, le) (rate(<histogram>_bucket{…}[W]))`, W =
+`QueryWindows.latency_histogram_s` (5 minutes, the practices doc's window; a 30 s loop sees a few requests per
+pod per window otherwise). The answer is one series per model and bucket edge whatever the number of pods:
+23 for TTFT (22 default edges + `+Inf`) and 20 for TPOT (19 + `+Inf`), so 43 per model per cycle, 14,362 at
+334 models (1,000 VAs); more with `--custom-histogram-buckets` (one per extra edge) or where pods of one model
+use different edges (their union). Prometheus reads pods × edges series to compute it, as for any `rate`.
+The names, from vLLM's current metric list (research §3.1–§3.3):
+
+* `vllm:time_to_first_token_seconds` (TTFT, from the request's arrival at the vLLM frontend to its first
+  token: queueing in the pod included), never renamed.
+* `vllm:request_time_per_output_token_seconds`: one observation per finished request, (last token − first
+  token) / (output tokens − 1), 0 for a request of <= 1 output token. It matches an SLO on a request's mean
+  inter-token latency ("this request's ITL <= x"), the way the simulator and DESIGN §3.3 score `itl_ms`.
+  `vllm:inter_token_latency_seconds` is *not* used: it observes every gap between two tokens (a per-token
+  fraction that weights long answers more).
+* Fall-back, per source: `vllm:time_per_output_token_seconds`, the name of the per-token histogram before
+  vLLM 0.11 (deprecated there, hidden in 0.12, removed after), for pods of releases that do not expose the
+  per-request one. On such pods the fraction is per token, an approximation of the per-request one. The
+  fall-back is `A or ignoring (le) B` inside the sum: B's series of a pod are dropped as soon as the pod has
+  *any* A series, so a pod exposing both (0.11) counts once even if the two use different bucket edges, and a
+  model whose pods are half upgraded counts all of them.
+
 Escaping: label values are PromQL double-quoted strings (backslash, quote and control characters escaped);
 regex alternatives are additionally RE2-escaped first, so a model id like `Qwen/Qwen2.5-7B` matches itself
 only.
@@ -71,6 +94,8 @@ from adapter.domain.ids import ModelKey
 POD_GROUP = "namespace, model_name, pod, pod_name"
 """Per-pod grouping of vLLM series. `pod` is added by the scrape (target label); `pod_name` is the fall-back."""
 MODEL_GROUP = "namespace, model_name"
+HISTOGRAM_GROUP = "namespace, model_name, le"
+"""Model-level grouping of histogram buckets: one series per model and bucket edge."""
 EPP_MODEL_LABEL = "wva_model_id"
 """Synthetic label holding an EPP series' effective model: `target_model_name`, else `model_name`."""
 EPP_MODEL_GROUP = f"namespace, {EPP_MODEL_LABEL}"
@@ -80,7 +105,7 @@ DEFAULT_MAX_QUERY_BYTES = 6000
 
 
 class QueryName(StrEnum):
-    """Seed 001's query names (the collector reports failures under these)."""
+    """Seed 001's query names, and ours (the two latency histograms); the collector reports failures under these."""
 
     KV_CACHE_USAGE = "kv_cache_usage"
     QUEUE_LENGTH = "queue_length"
@@ -91,6 +116,8 @@ class QueryName(StrEnum):
     PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
     AVG_TTFT = "avg_ttft"
     AVG_ITL = "avg_itl"
+    TTFT_HISTOGRAM = "ttft_histogram"
+    TPOT_HISTOGRAM = "tpot_histogram"
     DISPATCH_RATE = "scheduler_dispatch_rate"
     EPP_QUEUE_SIZE = "scheduler_queue_size"
     EPP_QUEUE_BYTES = "scheduler_queue_bytes"
@@ -100,6 +127,8 @@ class QueryName(StrEnum):
 ESSENTIAL_QUERIES = frozenset({QueryName.KV_CACHE_USAGE, QueryName.QUEUE_LENGTH})
 """A model whose essential query failed is unavailable this cycle (the saturation analyzer needs both)."""
 ALL_QUERIES = frozenset(QueryName)
+HISTOGRAM_QUERIES = frozenset({QueryName.TTFT_HISTOGRAM, QueryName.TPOT_HISTOGRAM})
+"""Model-level latency histograms: what an attainment-aware analyzer reads (`ModelTraffic.latency`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +143,11 @@ class QueryWindows:
     """Average TTFT and ITL."""
     dispatch_s: float = 60.0
     """EPP dispatch (arrival) rate."""
+    latency_histogram_s: float = 300.0
+    """`rate()` range of the TTFT and TPOT bucket queries (attainment per model)."""
 
     def __post_init__(self) -> None:
-        for name in ("saturation_s", "tokens_s", "latency_s", "dispatch_s"):
+        for name in ("saturation_s", "tokens_s", "latency_s", "dispatch_s", "latency_histogram_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"QueryWindows.{name} must be a positive finite number of seconds, got {value!r}")
@@ -131,6 +162,12 @@ class Query:
     models: frozenset[ModelKey]
     retention_s: float | None = None
     """The window of a request-count query; None for the others."""
+    window_s: float | None = None
+    """The `rate()` range of a latency-histogram query (the histograms carry it); None for the others."""
+
+    def __post_init__(self) -> None:
+        if self.name in HISTOGRAM_QUERIES and not (self.window_s is not None and self.window_s > 0):
+            raise ValueError(f"the {self.name} query needs its rate() window (window_s > 0), got {self.window_s!r}")
 
     @property
     def essential(self) -> bool:
@@ -278,6 +315,24 @@ def avg_itl(matchers: Sequence[str], *, window_s: float = 60.0) -> str:
     )
 
 
+def _bucket_rates(metric: str, matchers: Sequence[str], window_s: float) -> str:
+    return f"rate({metric}_bucket{selector(matchers)}[{duration(window_s)}])"
+
+
+def ttft_histogram(matchers: Sequence[str], *, window_s: float = 300.0) -> str:
+    """Cumulative TTFT bucket rates per model and edge, summed over its pods (see module doc)."""
+    rates = _bucket_rates("vllm:time_to_first_token_seconds", matchers, window_s)
+    return f"sum by ({HISTOGRAM_GROUP}) ({rates})"
+
+
+def tpot_histogram(matchers: Sequence[str], *, window_s: float = 300.0) -> str:
+    """Cumulative per-request TPOT bucket rates per model and edge; the deprecated per-token histogram for the
+    pods that lack it, chosen per source (`or ignoring (le)`, see module doc)."""
+    current = _bucket_rates("vllm:request_time_per_output_token_seconds", matchers, window_s)
+    deprecated = _bucket_rates("vllm:time_per_output_token_seconds", matchers, window_s)
+    return f"sum by ({HISTOGRAM_GROUP}) ({current} or ignoring (le) {deprecated})"
+
+
 def prefix_cache_hit_rate(matchers: Sequence[str], *, window_s: float = 300.0) -> str:
     """Hit tokens / queried tokens. Upstream queries the bare names, which vLLM (prometheus_client) never
     exposes: counters there always end in `_total`. The bare and the `gpu_` names are the fall-backs."""
@@ -349,7 +404,7 @@ def build_queries(
     max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES,
     metrics: Iterable[QueryName] | None = None,
 ) -> tuple[Query, ...]:
-    """The queries of one cycle for `models`: one per metric in `metrics` (default: all 12) plus one request
+    """The queries of one cycle for `models`: one per metric in `metrics` (default: all 14) plus one request
     count per distinct retention period.
 
     `metrics` lets the caller ask only for what its analyzers read; the essential queries are always included.
@@ -375,6 +430,15 @@ def build_queries(
     )
     out = [
         Query(name, fit(build, narrow, max_query_bytes=max_query_bytes), keys) for name, build in vllm if name in wanted
+    ]
+    histograms: tuple[tuple[QueryName, Callable[[Sequence[str]], str]], ...] = (
+        (QueryName.TTFT_HISTOGRAM, partial(ttft_histogram, window_s=win.latency_histogram_s)),
+        (QueryName.TPOT_HISTOGRAM, partial(tpot_histogram, window_s=win.latency_histogram_s)),
+    )
+    out += [
+        Query(name, fit(build, narrow, max_query_bytes=max_query_bytes), keys, window_s=win.latency_histogram_s)
+        for name, build in histograms
+        if name in wanted
     ]
     if QueryName.DISPATCH_RATE in wanted:
         build = partial(dispatch_rate, window_s=win.dispatch_s)

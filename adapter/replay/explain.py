@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adapter.domain.ids import VariantKey
+from adapter.domain.latency import ModelLatency
 from adapter.replay import fixture as fx
 from adapter.replay import runner
 
@@ -36,6 +37,7 @@ def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None 
     specs = {va.key: va.to_spec() for va in vas}
     lines: list[str] = [f"{fixture.name or '(unnamed fixture)'}"]
     targets: dict[tuple[str, str], fx.FixtureScaleTarget] = {}
+    traffic: dict[str, fx.FixtureModel] = {}
     for index, (cycle, out) in enumerate(zip(fixture.cycles, result["cycles"], strict=True)):
         lines.append("")
         if cycle.kind == "scale-from-zero":
@@ -48,6 +50,8 @@ def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None 
             pods_by_variant.setdefault(f"{pod.namespace}/{pod.variant}", []).append(pod)
         if cycle.scale_targets is not None:  # a cycle without them inherits the previous cycle's, as replay does
             targets = {(t.namespace, t.name): t for t in cycle.scale_targets}
+        if cycle.models is not None:
+            traffic = {f"{m.namespace}/{m.model_id}": m for m in cycle.models}
         for model_key, model in out["models"].items():
             keys = [k for k, spec in specs.items() if f"{k.namespace}/{spec.model_id}" == model_key]
             if only is not None and only not in keys:
@@ -64,7 +68,11 @@ def explain(fixture: fx.Fixture, vas: Sequence[Any], *, only: VariantKey | None 
                 )
                 bounds = f"bounds [{spec.min_replicas}, {spec.max_replicas}]"
                 pods = _pod_summary(pods_by_variant.get(str(key), []))
-                lines.append(f"      {key.name}: {where}, cost {spec.cost:g}/h, {bounds}{pods}")
+                startup = _startup_summary(target.startup_s if target else None)
+                lines.append(f"      {key.name}: {where}, cost {spec.cost:g}/h, {bounds}{pods}{startup}")
+            recorded = traffic.get(model_key)
+            if recorded is not None and recorded.latency is not None:
+                lines.append(_latency_line(fx.model_latency(recorded.latency), model["analysis"]))
             lines.extend(_analysis_lines(model["analysis"]))
             lines.append("    Decisions:")
             for key in sorted(keys):
@@ -116,6 +124,35 @@ def _pod_summary(pods: Sequence[fx.FixturePod]) -> str:
     if rate:
         parts.append(f"arrival {sum(rate):.3g} req/s")
     return "; " + ", ".join(parts)
+
+
+def _startup_summary(startup_s: Sequence[float] | None) -> str:
+    """`; startup 90–120 s (2 ready pods)`: creation → Ready of the target's ready pods, when recorded."""
+    if not startup_s:
+        return ""
+    low, high = min(startup_s), max(startup_s)
+    span = f"{low:g} s" if low == high else f"{low:g}–{high:g} s"
+    return f"; startup {span} ({len(startup_s)} ready pod{'s' if len(startup_s) > 1 else ''})"
+
+
+def _latency_line(latency: ModelLatency, analysis: Mapping[str, Any]) -> str:
+    """The model's latency histograms: observations per second, and the fractions within the SLO's targets when
+    the analysis names them ("exact" at a bucket edge, else interpolated)."""
+    parts = []
+    slo = analysis.get("slo") if isinstance(analysis.get("slo"), Mapping) else None
+    targets = {"TTFT": "target_ttft_ms", "TPOT": "target_itl_ms"}
+    for label, histogram in (("TTFT", latency.ttft), ("TPOT", latency.tpot)):
+        if histogram is None:
+            parts.append(f"{label} no series")
+            continue
+        text = f"{label} {histogram.total_rps:.3g}/s"
+        target_ms = slo.get(targets[label]) if slo is not None else None
+        if isinstance(target_ms, int | float) and not isinstance(target_ms, bool):
+            within = histogram.fraction_within(target_ms / 1000.0)
+            exact = "exact" if histogram.is_edge(target_ms / 1000.0) else "interpolated"
+            text += f", within {target_ms:g} ms " + ("n/a" if within is None else f"{within:.1%} ({exact})")
+        parts.append(text)
+    return f"    Latency over {latency.window_s:g} s: " + "; ".join(parts)
 
 
 def _analysis_lines(analysis: Mapping[str, Any]) -> list[str]:

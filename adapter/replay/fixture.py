@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator
 
 from adapter.config import podtemplate
 from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE
@@ -19,6 +19,7 @@ from adapter.config.safeload import InputError, load_json
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import FixtureError, ManifestError
 from adapter.domain.ids import ModelKey
+from adapter.domain.latency import LatencyHistogram, ModelLatency
 from adapter.domain.snapshot import ModelTraffic, NodeGpus, PodMetrics, ScaleTarget
 from adapter.domain.timefmt import parse_rfc3339_s
 
@@ -49,6 +50,8 @@ class FixtureScaleTarget(_Model):
     ready_replicas: int = Field(ge=0)
     spec_replicas: int | None = Field(default=None, ge=0)
     pod_template: dict[str, Any] | None = None
+    startup_s: list[Annotated[float, Field(ge=0)]] | None = None
+    """Ours: startup durations (creation → Ready, s) of the target's Ready pods (`ScaleTarget.startup_s`)."""
 
 
 class FixturePodMetrics(_Model):
@@ -87,12 +90,53 @@ class FixturePod(_Model):
     metrics: FixturePodMetrics = Field(default_factory=FixturePodMetrics)
 
 
+def _bucket_bound(value: Any) -> float:
+    """A bucket's upper bound: a number of seconds >= 0, or the string "+Inf" (JSON has no infinity)."""
+    if isinstance(value, str) and value == "+Inf":
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError('a bucket bound must be a number of seconds >= 0 or "+Inf"')
+    return float(value)
+
+
+BucketPair = tuple[Annotated[float, PlainValidator(_bucket_bound)], Annotated[float, Field(ge=0, strict=True)]]
+"""One bucket of a latency histogram: [upper bound in seconds, or "+Inf"; cumulative rate per second]."""
+
+
+def _histogram(pairs: list[tuple[float, float]] | None) -> list[tuple[float, float]] | None:
+    """Canonical buckets only (what the recorder writes): bounds strictly increasing, rates non-decreasing,
+    "+Inf" last. Example: [[1.0, 6], [2.5, 9], ["+Inf", 10]]."""
+    if pairs is None:
+        return None
+    if not pairs or pairs[-1][0] != math.inf:
+        raise ValueError('a latency histogram ends with its ["+Inf", total rate] bucket')
+    for i in range(1, len(pairs)):
+        (le_a, rate_a), (le_b, rate_b) = pairs[i - 1], pairs[i]
+        if le_b <= le_a:
+            shown = '"+Inf"' if math.isinf(le_a) else repr(le_a)
+            raise ValueError(f"bucket {i}: bound {le_b!r} must be greater than the previous {shown}")
+        if rate_b < rate_a:
+            raise ValueError(f"bucket {i}: cumulative rate {rate_b!r} below the previous bucket's {rate_a!r}")
+    return pairs
+
+
+class FixtureLatency(_Model):
+    """Ours: `ModelTraffic.latency`, the model's TTFT and per-request TPOT bucket rates over `window_s`."""
+
+    window_s: float = Field(gt=0)
+    ttft: list[BucketPair] | None = None
+    tpot: list[BucketPair] | None = None
+
+    _check = field_validator("ttft", "tpot")(_histogram)
+
+
 class FixtureModel(_Model):
     namespace: str = Field(min_length=1)
     model_id: str = Field(min_length=1)
     request_count: float | None = None
     epp_queue_size: float | None = None
     epp_queue_bytes: float | None = None
+    latency: FixtureLatency | None = None
 
     _check = field_validator("request_count", "epp_queue_size", "epp_queue_bytes")(_finite_non_negative)
 
@@ -228,6 +272,7 @@ def scale_target(st: FixtureScaleTarget) -> ScaleTarget:
         accelerator=podtemplate.accelerator(template),
         vllm=podtemplate.vllm_args(template),
         role=podtemplate.role(template),
+        startup_s=tuple(sorted(st.startup_s or ())),
     )
 
 
@@ -241,7 +286,15 @@ def model_traffic(model: FixtureModel) -> ModelTraffic:
         request_count=model.request_count,
         epp_queue_size=model.epp_queue_size,
         epp_queue_bytes=model.epp_queue_bytes,
+        latency=model_latency(model.latency) if model.latency is not None else None,
     )
+
+
+def model_latency(latency: FixtureLatency) -> ModelLatency:
+    def histogram(pairs: list[tuple[float, float]] | None) -> LatencyHistogram | None:
+        return LatencyHistogram(tuple(pairs)) if pairs is not None else None
+
+    return ModelLatency(window_s=latency.window_s, ttft=histogram(latency.ttft), tpot=histogram(latency.tpot))
 
 
 def node(n: FixtureNode) -> NodeGpus:

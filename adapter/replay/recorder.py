@@ -2,10 +2,11 @@
 `wva-replay/v1` fixture that `replay` plays back to the same decisions.
 
 A recorded fixture holds the cycle's complete engine input — the VAs with the status the engine read, the scale
-targets (with a pod template that parses back to the same GPU count, accelerator, role and vLLM arguments), the
-pod metrics, model traffic, nodes, the ConfigMaps in force, whether Prometheus answered (and which models it did
-not), the exact `now` — the engine's memory before the cycle (`engine_state`, so one fixture replays on its own),
-and the decisions taken as `expect` (desired replicas and reason). No secrets: no tokens, certificates or
+targets (with a pod template that parses back to the same GPU count, accelerator, role and vLLM arguments, and
+their pods' startup times), the pod metrics, model traffic (with its latency histograms), nodes, the ConfigMaps
+in force, whether Prometheus answered (and which models it did not), the exact `now` — the engine's memory
+before the cycle (`engine_state`, so one fixture replays on its own), and the decisions taken as `expect`
+(desired replicas and reason). No secrets: no tokens, certificates or
 kubeconfigs, only object names, specs, statuses and metrics.
 
 Files go into a ring in one directory, `cycle-<epoch ms>-<seq>.json`, oldest deleted first once the directory
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +34,7 @@ from adapter.config.configmaps import DEFAULT_CONTROLLER_NAMESPACE
 from adapter.config.podtemplate import ROLE_LABEL
 from adapter.config.va import status_to_dict
 from adapter.domain.decision import CycleKind, CycleResult
+from adapter.domain.latency import LatencyHistogram
 from adapter.domain.snapshot import ModelTraffic, NodeGpus, PodMetrics, ScaleTarget, Snapshot, VariantView
 from adapter.domain.timefmt import format_rfc3339
 from adapter.engine.state import EngineState, state_to_json
@@ -127,6 +130,8 @@ def _target(target: ScaleTarget) -> dict[str, Any]:
     }
     if target.spec_replicas is not None:
         out["spec_replicas"] = target.spec_replicas
+    if target.startup_s:
+        out["startup_s"] = list(target.startup_s)
     return out
 
 
@@ -136,13 +141,27 @@ def _pod(pod: PodMetrics) -> dict[str, Any]:
 
 
 def _traffic(t: ModelTraffic) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "namespace": t.key.namespace,
         "model_id": t.key.model_id,
         "request_count": t.request_count,
         "epp_queue_size": t.epp_queue_size,
         "epp_queue_bytes": t.epp_queue_bytes,
     }
+    if t.latency is not None:
+        out["latency"] = {
+            "window_s": t.latency.window_s,
+            "ttft": _buckets(t.latency.ttft),
+            "tpot": _buckets(t.latency.tpot),
+        }
+    return out
+
+
+def _buckets(histogram: LatencyHistogram | None) -> list[list[float | str]] | None:
+    """[[le, rate], …, ["+Inf", total]]: JSON has no infinity, so the last bound is written as Prometheus does."""
+    if histogram is None:
+        return None
+    return [["+Inf" if math.isinf(le) else le, rate] for le, rate in histogram.buckets]
 
 
 def _node(n: NodeGpus) -> dict[str, Any]:

@@ -23,7 +23,8 @@ first pod that becomes ready; a request that waited `epp_queue_timeout_s` is dro
 
 Metrics follow what the collector's PromQL would return (research/wva-upstream.md §6.6): gauges are
 `max_over_time` of scraped samples over `gauge_window_s` (1m), rates and averages are Δcounter/Δt over
-`rate_window_s` (1m; TTFT, ITL, dispatch rate) or `token_window_s` (5m; average prompt/generation tokens).
+`rate_window_s` (1m; TTFT, ITL, dispatch rate), `token_window_s` (5m; average prompt/generation tokens) or
+`latency_histogram_window_s` (5m; the TTFT and TPOT bucket rates of `ModelTraffic.latency`).
 Replicas are scraped every `scrape_interval_s`, and the snapshot adds a sample taken at its own instant (as if
 a scrape had just happened), so a pod that became ready a moment ago still reports values.
 """
@@ -41,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.latency import LatencyHistogram, ModelLatency
 from adapter.domain.snapshot import (
     ModelTraffic,
     NodeGpus,
@@ -52,7 +54,15 @@ from adapter.domain.snapshot import (
     VariantView,
     VllmArgs,
 )
-from adapter.sim.replica import CompletionSink, PerfParams, ReplicaSim, ScrapeSample, SimRequest
+from adapter.sim.replica import (
+    TPOT_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    CompletionSink,
+    PerfParams,
+    ReplicaSim,
+    ScrapeSample,
+    SimRequest,
+)
 from adapter.sim.workload import Request
 
 _Z90 = 1.2815515655446004
@@ -162,6 +172,8 @@ class MetricWindows:
     gauge_window_s: float = 60.0
     rate_window_s: float = 60.0
     token_window_s: float = 300.0
+    latency_histogram_window_s: float = 300.0
+    """TTFT and TPOT bucket rates (`ModelTraffic.latency`; the collector's `latency_histogram_s`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,13 +465,19 @@ class SimulatedFleet:
         self._success_ring: deque[tuple[float, int]] = deque()
         self._timeline: list[TimelinePoint] = []
         self._next_scrape_s = config.start_s + config.scrape_interval_s
-        ring_len = max(config.windows.gauge_window_s, config.windows.rate_window_s, config.windows.token_window_s)
+        windows = config.windows
+        ring_len = max(
+            windows.gauge_window_s, windows.rate_window_s, windows.token_window_s, windows.latency_histogram_window_s
+        )
         self._ring_max = math.ceil(ring_len / config.scrape_interval_s) + 3
         for vi, variant in enumerate(self._variants):
             for _ in range(variant.initial_replicas):
                 pod = self._new_pod(vi, config.start_s)
                 self._start_pod(pod, config.start_s, startup_s=0.0)
                 self._make_ready(pod, config.start_s)
+                # Running before the fleet's clock starts: as if created a median startup earlier, so the
+                # inventory's startup times (`ScaleTarget.startup_s`) are not zeros no real pod would show.
+                pod.created_s = config.start_s - variant.startup.median_s
             self._max_live[vi] = variant.initial_replicas
         if scrape_sink is not None:  # Prometheus has been scraping the initial pods all along
             self._emit_scrape(config.start_s)
@@ -522,18 +540,19 @@ class SimulatedFleet:
         )
 
     def scale_target(self, variant: str) -> ScaleTarget:
-        """The Deployment as the inventory reads it: status.replicas = non-terminating pods."""
+        """The Deployment as the inventory reads it: status.replicas = non-terminating pods; `startup_s` = each
+        ready pod's creation → ready time (waiting for a GPU included, as Kubernetes counts it)."""
         vi = self._vi(variant)
         v = self._variants[vi]
         live = [p for p in self._pods[vi] if p.state in _LIVE]
-        ready = sum(1 for p in live if p.state is PodState.READY)
+        ready = [p for p in live if p.state is PodState.READY]
         perf = v.perf
         return ScaleTarget(
             kind="Deployment",
             namespace=self.config.namespace,
             name=v.deployment,
             replicas=len(live),
-            ready_replicas=ready,
+            ready_replicas=len(ready),
             spec_replicas=self._spec[vi],
             gpus_per_replica=v.gpus_per_replica,
             accelerator=v.accelerator,
@@ -544,6 +563,7 @@ class SimulatedFleet:
                 block_size=perf.block_size,
                 num_gpu_blocks_override=perf.num_gpu_blocks,
             ),
+            startup_s=tuple(sorted(p.ready_at_s - p.created_s for p in ready)),
         )
 
     # ---------------------------------------------------------------- actuation
@@ -636,6 +656,7 @@ class SimulatedFleet:
             request_count=float(self._success_increase(now)),
             epp_queue_size=float(len(self._epp)),
             epp_queue_bytes=float(sum(r.input_tokens for r in self._epp) * EPP_BYTES_PER_TOKEN),
+            latency=self._latency(now),
         )
         return Snapshot(
             taken_at_s=now, variants=views, pods=pods, models={self.model: traffic}, nodes=self.config.nodes
@@ -673,6 +694,36 @@ class SimulatedFleet:
             avg_ttft_s=(current.ttft_sum_s - rate_base.ttft_sum_s) / d_ttft if d_ttft > 0 else None,
             avg_itl_s=(current.itl_sum_s - rate_base.itl_sum_s) / d_itl if d_itl > 0 else None,
             max_batch_size=v.perf.max_num_seqs,
+        )
+
+    def _latency(self, now: float) -> ModelLatency | None:
+        """TTFT and TPOT bucket rates summed over the ready pods: Δcounter/Δt over the window per pod, as the
+        fleet's other rates (pods gone inside the window are not counted here, unlike in Prometheus)."""
+        window_s = self.config.windows.latency_histogram_window_s
+        ttft = [0.0] * (len(TTFT_BUCKETS_S) + 1)
+        tpot = [0.0] * (len(TPOT_BUCKETS_S) + 1)
+        seen = False
+        for pods in self._pods:
+            for pod in pods:
+                if pod.state is not PodState.READY or pod.replica is None:
+                    continue
+                current, base = pod.replica.sample(), _base_sample(pod.ring, now - window_s)
+                elapsed_s = now - base.t_s
+                if elapsed_s <= 0:
+                    continue
+                seen = True
+                for totals, now_counts, base_counts in (
+                    (ttft, current.ttft_buckets, base.ttft_buckets),
+                    (tpot, current.tpot_buckets, base.tpot_buckets),
+                ):
+                    for j, (a, b) in enumerate(zip(base_counts, now_counts, strict=True)):
+                        totals[j] += (b - a) / elapsed_s
+        if not seen:
+            return None
+        return ModelLatency(
+            window_s=window_s,
+            ttft=LatencyHistogram.from_pairs(zip((*TTFT_BUCKETS_S, math.inf), ttft, strict=True)),
+            tpot=LatencyHistogram.from_pairs(zip((*TPOT_BUCKETS_S, math.inf), tpot, strict=True)),
         )
 
     def _success_increase(self, now: float) -> int:

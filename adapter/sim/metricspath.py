@@ -21,6 +21,13 @@ What is answered, by query name (the values of `QueryName`), at evaluation time 
 | scheduler_dispatch_rate    | llm_d_epp_scheduler_attempts_total{pod_name}       | rate[w]                            |
 | scheduler_queue_size/bytes | llm_d_epp_flow_control_queue_{size,bytes} (model)  | instant                            |
 | model_request_count        | vllm:request_success_total, summed per model       | increase[retention] (gone pods too)|
+| ttft_histogram             | vllm:time_to_first_token_seconds_bucket{le}        | rate[w], summed by le (gone pods)  |
+| tpot_histogram             | vllm:request_time_per_output_token_seconds_bucket  | rate[w], summed by le (gone pods)  |
+
+The two histogram answers are model-level, one element per bucket edge (`le` written as prometheus_client
+writes it: `0.05`, `1.0`, `+Inf`): each pod's bucket series is a rate over the window, extrapolated on its
+own (`extrapolated_deltas`, the same rule column by column), then summed per edge over the pods with at least
+two samples in the window, pods that are gone included, as with a real Prometheus.
 
 Prometheus semantics kept: a range selects samples in (t − w, t] (Prometheus 3's left-open ranges);
 `rate`/`increase` need two samples and extrapolate as Prometheus' `extrapolatedRate` does (below); a ratio
@@ -50,8 +57,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from adapter.sim.fleet import PodScrape
-from adapter.sim.replica import ScrapeSample
+from adapter.sim.replica import TPOT_BUCKETS_S, TTFT_BUCKETS_S, ScrapeSample
 
 LOOKBACK_S = 300.0
 """Prometheus' default look-back delta for instant selectors."""
@@ -70,6 +80,9 @@ class _Series:
     num_gpu_blocks: int
     block_size: int
     samples: deque[tuple[float, ScrapeSample]]
+    bucket_reset: bool = False
+    """True once a histogram bucket of this pod went down between two scrapes (a counter reset): its bucket
+    rates then take the general path that adds the reset values (`extrapolated_deltas`)."""
 
 
 def _fmt(value: float) -> str:
@@ -112,6 +125,85 @@ def extrapolated_delta(points: Sequence[tuple[float, float]], *, start_s: float,
     return delta * extended / sampled
 
 
+def extrapolated_deltas(
+    times_s: Sequence[float], values: npt.NDArray[np.float64], *, start_s: float, end_s: float
+) -> npt.NDArray[np.float64]:
+    """`extrapolated_delta(counter=True)` of several counters scraped at the same instants, one per column of
+    `values` (rows = the samples at `times_s`, oldest first): the buckets of one histogram series.
+
+    Example: times [15, 30, 45, 60], columns (0, 30, 60, 90) and (0, 15, 30, 45) over [0, 60] ⇒ [90, 45].
+    """
+    n = len(times_s)
+    if n < 2 or values.shape[0] != n:
+        raise ValueError("extrapolation needs at least two samples, one row per sample time")
+    sampled = times_s[-1] - times_s[0]
+    if sampled <= 0:
+        raise ValueError("extrapolation needs samples at two different times")
+    first = values[0]
+    delta = values[-1] - first
+    steps = np.diff(values, axis=0)
+    if (steps < 0).any():  # a reset: the counter restarted from zero (adds the value it had before)
+        delta = delta + np.where(steps < 0, values[:-1], 0.0).sum(axis=0)
+    average = sampled / (n - 1)
+    threshold = average * 1.1
+    to_start = np.full(first.shape, times_s[0] - start_s)
+    clamp = (delta > 0) & (first >= 0)
+    if clamp.any():  # a counter cannot extrapolate below zero
+        zero_at = sampled * first / np.where(clamp, delta, 1.0)
+        to_start = np.where(clamp, np.minimum(to_start, zero_at), to_start)
+    to_end = end_s - times_s[-1]
+    extended = sampled + np.where(to_start < threshold, to_start, average / 2)
+    extended += to_end if to_end < threshold else average / 2
+    result: npt.NDArray[np.float64] = delta * extended / sampled
+    return result
+
+
+def monotone_increases(
+    first: tuple[float, Sequence[float]],
+    last: tuple[float, Sequence[float]],
+    n: int,
+    *,
+    start_s: float,
+    end_s: float,
+) -> list[float]:
+    """`extrapolated_deltas` of counters that did not reset inside the range: only the first and the last of
+    the `n` samples matter then (Δ = last − first). The simulated Prometheus' fast path: a simulated pod's
+    counters never restart. Example: (15, [0, 0]), (60, [90, 45]), n = 4 over [0, 60] ⇒ [90, 45]."""
+    (t0, v0), (t1, v1) = first, last
+    sampled = t1 - t0
+    if n < 2 or sampled <= 0:
+        raise ValueError("extrapolation needs at least two samples at two different times")
+    average = sampled / (n - 1)
+    threshold = average * 1.1
+    to_end = end_s - t1
+    end_part = to_end if to_end < threshold else average / 2
+    to_start_0 = t0 - start_s
+    out = []
+    for a, b in zip(v0, v1, strict=True):
+        delta = b - a
+        to_start = to_start_0
+        if delta > 0 and a >= 0:
+            to_start = min(to_start, sampled * (a / delta))
+        extended = sampled + (to_start if to_start < threshold else average / 2) + end_part
+        out.append(delta * extended / sampled)
+    return out
+
+
+def _went_down(before: ScrapeSample, after: ScrapeSample) -> bool:
+    return any(b < a for a, b in zip(before.ttft_buckets, after.ttft_buckets, strict=True)) or any(
+        b < a for a, b in zip(before.tpot_buckets, after.tpot_buckets, strict=True)
+    )
+
+
+def _le(bound_s: float) -> str:
+    """A bucket bound as prometheus_client writes it: `0.05`, `1.0`, `2560.0`, `+Inf`."""
+    return "+Inf" if math.isinf(bound_s) else repr(float(bound_s))
+
+
+_TTFT_LE = tuple(_le(b) for b in (*TTFT_BUCKETS_S, math.inf))
+_TPOT_LE = tuple(_le(b) for b in (*TPOT_BUCKETS_S, math.inf))
+
+
 def _ratio(numerator: float, denominator: float) -> float:
     """Float division as PromQL does it: x/0 is ±Inf, 0/0 NaN."""
     if denominator == 0:
@@ -134,10 +226,15 @@ _HISTOGRAM_MEAN: Mapping[str, tuple[Callable[[ScrapeSample], float], Callable[[S
     # no prefix caching in the simulated replica: hits stay 0 while queried prompt tokens grow
     "prefix_cache_hit_rate": (lambda _: 0.0, lambda s: float(s.prompt_tokens)),
 }
+_BUCKETS: Mapping[str, tuple[Callable[[ScrapeSample], tuple[int, ...]], tuple[str, ...]]] = {
+    "ttft_histogram": (lambda s: s.ttft_buckets, _TTFT_LE),
+    "tpot_histogram": (lambda s: s.tpot_buckets, _TPOT_LE),
+}
 ANSWERED_QUERIES = frozenset(
     {
         *_GAUGE,
         *_HISTOGRAM_MEAN,
+        *_BUCKETS,
         "num_requests_running",
         "cache_config_info",
         "scheduler_dispatch_rate",
@@ -176,6 +273,8 @@ class SeriesStore:
             if series is None:
                 series = _Series(pod.variant, pod.num_gpu_blocks, pod.block_size, deque())
                 self._series[pod.pod] = series
+            elif not series.bucket_reset:
+                series.bucket_reset = _went_down(series.samples[-1][1], pod.sample)
             series.samples.append((t_s, pod.sample))
         self._epp.append((t_s, epp_queue_size, epp_queue_bytes))
         self._present = frozenset(p.pod for p in pods)
@@ -247,6 +346,9 @@ class SeriesStore:
             return self._dispatch_rate(now_s, window_s)
         if query in ("scheduler_queue_size", "scheduler_queue_bytes"):
             return self._epp_queue(query == "scheduler_queue_size", now_s)
+        if query in _BUCKETS:
+            read_buckets, le_labels = _BUCKETS[query]
+            return self._bucket_rates(read_buckets, le_labels, now_s, window_s)
         return self._request_count(now_s, window_s)
 
     def _max_over_time(self, read: Callable[[ScrapeSample], float], now_s: float, window_s: float) -> Vector:
@@ -333,3 +435,44 @@ class SeriesStore:
             return []
         labels = {"namespace": self.namespace, "model_name": self.model_id}
         return [self._element(labels, total, now_s)]
+
+    def _bucket_rates(
+        self,
+        read: Callable[[ScrapeSample], tuple[int, ...]],
+        le_labels: tuple[str, ...],
+        now_s: float,
+        window_s: float,
+    ) -> Vector:
+        """`sum by (namespace, model_name, le) (rate(<histogram>_bucket[w]))` over every pod series."""
+        total: list[float] | None = None
+        start_s = now_s - window_s
+        for series in self._series.values():
+            if series.bucket_reset:
+                points = self._window(series, now_s, window_s)
+                if len(points) < 2:
+                    continue
+                rows = np.array([read(s) for _, s in points], dtype=np.float64)
+                times = [t for t, _ in points]
+                increase = list(extrapolated_deltas(times, rows, start_s=start_s, end_s=now_s))
+            else:  # only the first and last samples in the window and their count: scan from the newest
+                n, last, first = 0, None, None
+                for point in reversed(series.samples):
+                    if point[0] <= start_s:
+                        break
+                    if point[0] <= now_s:
+                        n += 1
+                        first = point
+                        last = last or point
+                if n < 2 or first is None or last is None:
+                    continue
+                increase = monotone_increases(
+                    (first[0], read(first[1])), (last[0], read(last[1])), n, start_s=start_s, end_s=now_s
+                )
+            total = increase if total is None else [a + b for a, b in zip(total, increase, strict=True)]
+        if total is None:
+            return []
+        labels = {"namespace": self.namespace, "model_name": self.model_id}
+        return [
+            self._element({**labels, "le": le}, value / window_s, now_s)
+            for le, value in zip(le_labels, total, strict=True)
+        ]

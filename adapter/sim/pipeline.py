@@ -9,12 +9,13 @@
                                    SimCluster.view() ──────┘        └─► SimCluster.write (VA status, as the
                                    (VAs, Deployments, pods, ConfigMaps)   API server stores it: a dict)
 
-`SimCluster` is the inventory (`ClusterSource`) and the status writer (`StatusSink`) at once: VA statuses are
-rendered with `status_to_dict` and read back with `status_from_dict`, exactly the round trip through the API
-server, so what a leader remembers across cycles in VA status (learned queueing-model parameters, transition
-times) survives as it does in a cluster. `SimEpp` answers the scale-from-zero poll from the fleet's EPP queue
-(the real one scrapes the EPP pods directly, without Prometheus' delay). Nothing here reads the wall clock:
-the reconciler gets the simulation's clock.
+`SimCluster` is the inventory (`ClusterSource`) and the status writer (`StatusSink`) at once. Pods carry their
+creation and ready times and scale targets the startup durations of their ready pods (`ScaleTarget.startup_s`),
+as the real inventory reports them. VA statuses are rendered with `status_to_dict` and read back with
+`status_from_dict`, exactly the round trip through the API server, so what a leader remembers across cycles in
+VA status (learned queueing-model parameters, transition times) survives as it does in a cluster. `SimEpp`
+answers the scale-from-zero poll from the fleet's EPP queue (the real one scrapes the EPP pods directly, without
+Prometheus' delay). Nothing here reads the wall clock: the reconciler gets the simulation's clock.
 """
 
 from __future__ import annotations
@@ -65,7 +66,14 @@ class SimCluster:
             for va in self.vas
         )
         pods = tuple(
-            ClusterPod(namespace=namespace, name=p.name, variant=p.variant, ready=p.state is PodState.READY)
+            ClusterPod(
+                namespace=namespace,
+                name=p.name,
+                variant=p.variant,
+                ready=p.state is PodState.READY,
+                created_s=p.created_s,
+                ready_since_s=p.ready_at_s if p.state is PodState.READY else None,
+            )
             for p in self.fleet.pods()
         )
         pool = InferencePoolInfo(

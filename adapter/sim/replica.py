@@ -40,17 +40,34 @@ request), and `kv_cache_usage` = allocated tokens / kv_cache_tokens.
 
 Per-request results are exact for the model: TTFT = first-token time − arrival; ITL = the request's mean
 inter-token time (last token − first token) / (output_tokens − 1), including any preemption stall.
+
+Latency histograms, as vLLM keeps them (research/predictive-scaling.md §3.1, §3.2), with vLLM's default bucket
+edges (`adapter.domain.latency`): `vllm:time_to_first_token_seconds` observes each request's TTFT once, at its
+first token (a preempted request is not observed again), and `vllm:request_time_per_output_token_seconds`
+observes each finished request's ITL as defined above, 0 for a request of <= 1 output token (vLLM's
+`update_from_finished_request`). Dropped requests are observed by neither. The counts are kept per bucket (one
+`bisect` and one increment per observation) and made cumulative when the replica is scraped (`sample`). TTFT
+counts from `arrival_s`, as `ttft_sum_s` does: for a request held in the EPP queue while no pod was ready that
+includes the wait, which a real vLLM does not see (it only happens at scale-from-zero).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 
+from adapter.domain.latency import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S
 from adapter.sim.workload import Request
+
+TTFT_BUCKETS_S = VLLM_TTFT_BUCKETS_S
+"""Finite upper bounds of the replica's TTFT histogram (vLLM's defaults); `+Inf` follows them."""
+TPOT_BUCKETS_S = VLLM_ITL_BUCKETS_S
+"""Finite upper bounds of the per-request TPOT histogram (vLLM's `inter_token_latency` family)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +169,10 @@ class ScrapeSample:
     ttft_count: int
     itl_sum_s: float
     itl_count: int
+    ttft_buckets: tuple[int, ...]
+    """Cumulative TTFT bucket counts, one per `TTFT_BUCKETS_S` edge, then `+Inf` (= the count)."""
+    tpot_buckets: tuple[int, ...]
+    """Cumulative per-request TPOT bucket counts, one per `TPOT_BUCKETS_S` edge, then `+Inf`."""
 
 
 class ReplicaSim:
@@ -198,6 +219,9 @@ class ReplicaSim:
         self.ttft_count = 0
         self.itl_sum_s = 0.0
         self.itl_count = 0
+        self.ttft_bucket_counts = [0] * (len(TTFT_BUCKETS_S) + 1)
+        """Observations per bucket (not cumulative); the last is above the highest edge."""
+        self.tpot_bucket_counts = [0] * (len(TPOT_BUCKETS_S) + 1)
         self.preemptions_total = 0
         self.iterations_total = 0
         self.busy_s = 0.0
@@ -251,6 +275,8 @@ class ReplicaSim:
             ttft_count=self.ttft_count,
             itl_sum_s=self.itl_sum_s,
             itl_count=self.itl_count,
+            ttft_buckets=tuple(accumulate(self.ttft_bucket_counts)),
+            tpot_buckets=tuple(accumulate(self.tpot_bucket_counts)),
         )
 
     # ---------------------------------------------------------------- input
@@ -401,8 +427,10 @@ class ReplicaSim:
         req.out_done += 1
         if req.out_done == 1:
             req.first_token_s = now
-            self.ttft_sum_s += now - req.arrival_s
+            ttft_s = now - req.arrival_s
+            self.ttft_sum_s += ttft_s
             self.ttft_count += 1
+            self.ttft_bucket_counts[bisect_left(TTFT_BUCKETS_S, ttft_s)] += 1
         remaining = req.output_tokens - req.out_done
         if remaining <= 0:
             self._running.remove(req)
@@ -436,9 +464,14 @@ class ReplicaSim:
         self.successes += 1
         self.prompt_tokens_total += req.input_tokens
         self.generation_tokens_total += req.output_tokens
-        if req.output_tokens > 1:
-            self.itl_sum_s += now - req.first_token_s
-            self.itl_count += req.output_tokens - 1
+        tokens = req.output_tokens
+        if tokens > 1:
+            decode_s = now - req.first_token_s
+            self.itl_sum_s += decode_s
+            self.itl_count += tokens - 1
+            self.tpot_bucket_counts[bisect_left(TPOT_BUCKETS_S, decode_s / (tokens - 1))] += 1
+        else:
+            self.tpot_bucket_counts[0] += 1  # vLLM records 0 for a request of <= 1 output token
         if self._on_complete is not None:
             self._on_complete(req, now)
 

@@ -6,8 +6,9 @@
   controller creates Pods that would stay Pending. For every Pod of an adopted namespace the node starts an
   emulated vLLM `/metrics` server (`tests.metrics.emulators.VllmPod`, model = the container's
   `--served-model-name`), marks the Pod Running and Ready through the status subresource (what a kubelet
-  reports, so Deployment `readyReplicas` follows), and lists it in Prometheus' file-based service discovery
-  with the `namespace` and `pod` labels Kubernetes SD would attach. A Pod that disappears (scale-down deletes
+  reports, so Deployment `readyReplicas` follows; with `set_startup`, only once the variant's startup time has
+  passed since the Pod's creation, as a model load would take), and lists it in Prometheus' file-based service
+  discovery with the `namespace` and `pod` labels Kubernetes SD would attach. A Pod that disappears (scale-down deletes
   unscheduled pods at once) loses its server and its target. The Pod IP is left empty: nothing dials it.
 * `FileSdPrometheus`: the real Prometheus of tests/e2e_prometheus, scraping every second from that file
   (Prometheus applies discovery changes every 5 s: a new pod is scraped 5-6 s after it appears).
@@ -20,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import calendar
 import contextlib
 import functools
 import json
@@ -125,6 +127,8 @@ class Node:
     demand_kv: dict[str, float] = field(default_factory=dict)
     """Per namespace: total KV-cache demand in pods' worth, spread evenly over all its pods (see `set_demand`)."""
     pods: dict[tuple[str, str], EmulatedPod] = field(default_factory=dict)
+    startup_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Per (namespace, variant): seconds from a Pod's creation until the node marks it Ready (0 = at once)."""
     errors: list[str] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
@@ -147,6 +151,10 @@ class Node:
         for pod in self.pods.values():
             if (pod.namespace, pod.variant) == (namespace, variant):
                 pod.vllm.set_load(**load)
+
+    async def set_startup(self, namespace: str, variant: str, seconds: float) -> None:
+        """Pods of `variant` become Ready `seconds` after their creationTimestamp (whole seconds), not at once."""
+        self.startup_s[(namespace, variant)] = seconds
 
     async def set_demand(self, namespace: str, kv_total: float) -> None:
         """A load balancer in front of every pod of the namespace (both variants of the model behind one pool):
@@ -219,7 +227,7 @@ class Node:
                 server = await MetricsServer(vllm.render).start()
                 self.pods[key] = EmulatedPod(namespace, meta["name"], variant, vllm, server)
                 changed = True
-            if not _ready(pod):
+            if not _ready(pod) and self._started(pod, self.pods[key].variant):
                 await loop.run_in_executor(None, functools.partial(self._mark_ready, pod))
                 self.pods[key].ready_at_s = time.monotonic()
         for key in [k for k in self.pods if k[0] == namespace and k not in seen]:
@@ -228,6 +236,15 @@ class Node:
         if changed:
             self._spread(namespace)
             self._publish()
+
+    def _started(self, pod: dict[str, Any], variant: str) -> bool:
+        """True once the variant's startup time has passed since the Pod was created (by the wall clock, as the
+        API server stamped `creationTimestamp`)."""
+        delay = self.startup_s.get((pod["metadata"]["namespace"], variant), 0.0)
+        if delay <= 0:
+            return True
+        created = calendar.timegm(time.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+        return time.time() >= created + delay
 
     def _mark_ready(self, pod: dict[str, Any]) -> None:
         """What the kubelet reports once the containers run and pass their readiness probe."""

@@ -4,7 +4,11 @@
   `model_name` and `engine` labels). Load is set with `set_load`; counters and histograms advance lazily at
   each scrape by rate × elapsed time, so no background task runs and a scrape always sees a consistent
   state. `legacy=True` exposes the deprecated names (`vllm:gpu_cache_usage_perc`,
-  `vllm:time_per_output_token_seconds`, counters without `_total`) to exercise the `or` fall-backs.
+  `vllm:time_per_output_token_seconds`, counters without `_total`, no per-request TPOT histogram) to exercise
+  the `or` fall-backs; `also_deprecated_tpot=True` adds `vllm:time_per_output_token_seconds` beside the
+  current names, as vLLM 0.11 does. Latency histograms observe `ttft_s` / `itl_s` / `tpot_s` of the load, or
+  cycle through the values given to `set_latencies` (one per finished request), and `observed` keeps every
+  value each histogram was given, to compare with what Prometheus answers.
   In a real cluster `namespace` and `pod` are target labels added by Prometheus' service discovery; the
   generated scrape config adds them with `static_configs` labels, so the pod never emits them itself.
 * `EppPod` renders an EPP's flow-control queue gauges and scheduler-attempt counters, with the GAIE names
@@ -28,11 +32,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric, UnknownMetricFamily
 
+from adapter.domain.latency import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S
 from adapter.sim.replica import ReplicaSim
 
 TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80)
+TTFT_BUCKETS = VLLM_TTFT_BUCKETS_S
+ITL_BUCKETS = VLLM_ITL_BUCKETS_S
 
 
 # ------------------------------------------------------------------------------------------ vLLM pod
@@ -50,6 +55,8 @@ class PodLoad:
     output_tokens: float = 50.0
     ttft_s: float = 0.1
     itl_s: float = 0.02
+    tpot_s: float = 0.02
+    """Per-request time per output token (`vllm:request_time_per_output_token_seconds`)."""
     prefix_hit_ratio: float = 0.25
 
 
@@ -75,12 +82,17 @@ class VllmPod:
         model_name: str,
         *,
         legacy: bool = False,
+        also_deprecated_tpot: bool = False,
+        deprecated_tpot_buckets: tuple[float, ...] = ITL_BUCKETS,
         num_gpu_blocks: int = 1024,
         block_size: int = 16,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.model_name = model_name
         self.legacy = legacy
+        self._cycles: dict[str, tuple[float, ...]] = {}
+        self.observed: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": []}
+        """Every value each latency histogram observed, in order."""
         self.load = PodLoad()
         self._clock = clock
         self._last_s = clock()
@@ -108,6 +120,27 @@ class VllmPod:
         self._ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT.", labels, buckets=TTFT_BUCKETS, registry=reg)
         itl_name = "vllm:time_per_output_token_seconds" if legacy else "vllm:inter_token_latency_seconds"
         self._itl = Histogram(itl_name, "ITL.", labels, buckets=ITL_BUCKETS, registry=reg)
+        self._latency = [self._ttft]
+        self._tpot: Histogram | None = None
+        self._itl_twin: Histogram | None = None
+        if not legacy:
+            self._tpot = Histogram(
+                "vllm:request_time_per_output_token_seconds",
+                "TPOT per request.",
+                labels,
+                buckets=ITL_BUCKETS,
+                registry=reg,
+            )
+            self._latency.append(self._tpot)
+            if also_deprecated_tpot:
+                self._itl_twin = Histogram(
+                    "vllm:time_per_output_token_seconds",
+                    "ITL (deprecated name).",
+                    labels,
+                    buckets=deprecated_tpot_buckets,
+                    registry=reg,
+                )
+                self._latency.append(self._itl_twin)
         self._bare: _BareCounters | None = None
         if legacy:
             self._bare = _BareCounters(model_name)
@@ -125,8 +158,22 @@ class VllmPod:
                 self._success.labels(model_name, "0", reason)
             self._hits.labels(model_name, "0")
             self._queries.labels(model_name, "0")
-        for histogram in (self._prompt, self._gen, self._ttft, self._itl):
+        for histogram in (self._prompt, self._gen, self._itl, *self._latency):
             histogram.labels(model_name, "0")
+
+    def set_latencies(
+        self, *, ttft_s: Iterable[float] = (), itl_s: Iterable[float] = (), tpot_s: Iterable[float] = ()
+    ) -> None:
+        """From now on the n-th finished request observes `values[n % len(values)]` (empty: the load's value)."""
+        self._advance()
+        for name, values in (("ttft", ttft_s), ("itl", itl_s), ("tpot", tpot_s)):
+            self._cycles[name] = tuple(float(v) for v in values)
+
+    def _latency_value(self, name: str, index: int, default: float) -> float:
+        values = self._cycles.get(name) or (default,)
+        value = values[index % len(values)]
+        self.observed[name].append(value)
+        return value
 
     def set_load(self, **changes: float) -> None:
         """Advance the counters to now at the old rates, then switch to the new load."""
@@ -146,11 +193,16 @@ class VllmPod:
             return
         self.completed += done
         load, lab = self.load, (self.model_name, "0")
-        for _ in range(done):
+        for i in range(self.completed - done, self.completed):
             self._prompt.labels(*lab).observe(load.input_tokens)
             self._gen.labels(*lab).observe(load.output_tokens)
-            self._ttft.labels(*lab).observe(load.ttft_s)
-            self._itl.labels(*lab).observe(load.itl_s)
+            self._ttft.labels(*lab).observe(self._latency_value("ttft", i, load.ttft_s))
+            itl = self._latency_value("itl", i, load.itl_s)
+            self._itl.labels(*lab).observe(itl)
+            if self._itl_twin is not None:
+                self._itl_twin.labels(*lab).observe(itl)
+            if self._tpot is not None:
+                self._tpot.labels(*lab).observe(self._latency_value("tpot", i, load.tpot_s))
         queried = done * load.input_tokens
         if self._bare is not None:
             values = self._bare.values

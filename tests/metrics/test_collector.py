@@ -130,7 +130,7 @@ async def test_one_query_per_metric_per_cycle_not_per_model(
     many = [ModelQuery(ModelKey(f"ns-{i % 3}", f"model-{i}"), retention_s=600 if i % 2 else 300) for i in range(50)]
     got = await collector.collect(many, {})
     assert got.available
-    assert len(fake.seen) == 12 + 2
+    assert len(fake.seen) == 14 + 2
     assert sorted(fake.seen) == sorted(b.promql for b in build_queries(many))
 
 
@@ -295,7 +295,7 @@ async def test_all_queries_failing_means_unavailable(fake: FakePrometheus, colle
     assert got.unavailable_models == {LLAMA, QWEN}
     assert got.pods == ()
     assert got.models == {LLAMA: ModelTraffic(LLAMA), QWEN: ModelTraffic(QWEN)}
-    assert len(got.errors) == 14
+    assert len(got.errors) == 16
     assert all("PrometheusUnavailable" in e for e in got.errors)
 
 
@@ -371,7 +371,7 @@ async def test_bearer_token_and_concurrency_bound(fake: FakePrometheus) -> None:
     async with PrometheusCollector(fake.url, bearer_token="s3cret", max_concurrency=3) as collector:
         got = await collector.collect(MODELS, POD_VARIANTS)
     assert got.available
-    assert fake.authorization == ["Bearer s3cret"] * 14
+    assert fake.authorization == ["Bearer s3cret"] * 16
     assert fake.max_in_flight == 3
 
 
@@ -464,7 +464,7 @@ async def test_collect_runs_concurrently(fake: FakePrometheus) -> None:
         got, _ = await asyncio.gather(collector.collect(MODELS, POD_VARIANTS), asyncio.sleep(0))
         elapsed = time.monotonic() - started
     assert got.available
-    assert elapsed < 14 * 0.2 / 2  # 14 queries of 0.2 s did not run one after another
+    assert elapsed < 16 * 0.2 / 2  # 16 queries of 0.2 s did not run one after another
 
 
 async def test_metric_selection_sends_only_those_queries(fake: FakePrometheus) -> None:
@@ -511,9 +511,9 @@ async def test_unavailable_prometheus_fails_the_rest_of_the_cycle_fast(fake: Fak
         got = await collector.collect(MODELS, POD_VARIANTS)
         elapsed = time.monotonic() - started
     assert not got.available
-    assert len(fake.seen) == 2  # one wave was sent; the other 12 queries were not queued behind it
-    assert len(got.errors) == 14
-    assert sum("not sent" in e for e in got.errors) == 12
+    assert len(fake.seen) == 2  # one wave was sent; the other 14 queries were not queued behind it
+    assert len(got.errors) == 16
+    assert sum("not sent" in e for e in got.errors) == 14
     assert elapsed < 0.2 * 3
 
 

@@ -99,3 +99,32 @@ def test_sim_driven_pod_reports_the_replica_state() -> None:
     assert got[("vllm:num_requests_waiting", lab)] == 3
     assert 0 < got[("vllm:kv_cache_usage_perc", lab)] <= 1
     assert sim.clock_s >= 1.0
+
+
+def test_vllm_pod_latency_histograms_and_their_names() -> None:
+    """vLLM's default TTFT and ITL-family edges; the per-request TPOT histogram on current pods; the deprecated
+    per-token name beside the current ones (0.11) or instead of them (legacy); `set_latencies` cycles."""
+    clock = Clock()
+    lab = (("engine", "0"), ("model_name", "m"))
+    current = VllmPod("m", clock=clock, also_deprecated_tpot=True)
+    current.set_load(success_rps=1)
+    current.set_latencies(ttft_s=[0.3, 1.5, 3.0, 0.3], tpot_s=[0.02, 0.2], itl_s=[0.3])
+    clock.now_s += 8
+    got = samples(current.render())
+    assert current.observed["ttft"] == [0.3, 1.5, 3.0, 0.3] * 2
+    assert current.observed["tpot"] == [0.02, 0.2] * 4
+
+    def bucket(name: str, le: str) -> float:
+        return got[(f"{name}_bucket", tuple(sorted((*lab, ("le", le)))))]
+
+    ttft = "vllm:time_to_first_token_seconds"
+    assert [bucket(ttft, le) for le in ("0.25", "0.5", "1.0", "2.5", "5.0", "2560.0", "+Inf")] == [0, 4, 4, 6, 8, 8, 8]
+    tpot = "vllm:request_time_per_output_token_seconds"
+    assert [bucket(tpot, le) for le in ("0.01", "0.025", "0.15", "0.2", "+Inf")] == [0, 4, 4, 8, 8]
+    assert bucket("vllm:time_per_output_token_seconds", "0.3") == 8  # the deprecated twin of the per-token ITL
+    assert bucket("vllm:inter_token_latency_seconds", "0.2") == 0
+    legacy = VllmPod("m", clock=clock, legacy=True)
+    names = {name for name, _ in samples(legacy.render())}
+    assert "vllm:time_per_output_token_seconds_bucket" in names
+    assert "vllm:request_time_per_output_token_seconds_bucket" not in names
+    assert "vllm:inter_token_latency_seconds_bucket" not in names

@@ -174,6 +174,18 @@ def test_encoded_length_counts_url_escapes() -> None:
             id="prefix-hit-rate-total-bare-gpu",
         ),
         pytest.param(
+            lambda: q.ttft_histogram(ONE),
+            "sum by (namespace, model_name, le) (rate(vllm:time_to_first_token_seconds_bucket"
+            '{namespace="ns-a",model_name="meta/llama-3.1-8b"}[5m]))',
+            id="ttft-histogram-per-model-and-edge",
+        ),
+        pytest.param(
+            lambda: q.tpot_histogram([], window_s=120),
+            "sum by (namespace, model_name, le) (rate(vllm:request_time_per_output_token_seconds_bucket[2m])"
+            " or ignoring (le) rate(vllm:time_per_output_token_seconds_bucket[2m]))",
+            id="tpot-histogram-per-request-or-deprecated-per-source",
+        ),
+        pytest.param(
             lambda: q.request_count(ONE, retention_s=600),
             "sum by (namespace, model_name) (increase(vllm:request_success_total"
             '{namespace="ns-a",model_name="meta/llama-3.1-8b"}[10m])'
@@ -221,7 +233,7 @@ def test_build_queries_one_query_per_metric_for_all_models() -> None:
     built = build_queries(models)
     names = [b.name for b in built]
     assert names[:2] == [QueryName.KV_CACHE_USAGE, QueryName.QUEUE_LENGTH]
-    assert len(built) == 12 + 2  # two distinct retention periods
+    assert len(built) == 14 + 2  # two distinct retention periods
     assert names.count(QueryName.REQUEST_COUNT) == 2
     assert len({b.promql for b in built}) == len(built)
     per_metric = [b for b in built if b.name is not QueryName.REQUEST_COUNT]
@@ -245,12 +257,21 @@ def test_build_queries_windows_and_empty() -> None:
     assert "[4s]" in built[QueryName.AVG_TTFT]
     assert "[4s]" in built[QueryName.AVG_ITL]
     assert "[2s]" in built[QueryName.DISPATCH_RATE]
+    assert "[5m]" in built[QueryName.TTFT_HISTOGRAM]  # latency_histogram_s defaults to 300 s
+    assert "[5m]" in built[QueryName.TPOT_HISTOGRAM]
+    windowed = build_queries([ModelQuery(LLAMA)], windows=QueryWindows(latency_histogram_s=90))
+    histograms = {b.name: b for b in windowed if b.name in q.HISTOGRAM_QUERIES}
+    assert {b.window_s for b in histograms.values()} == {90}
+    assert all("[90s]" in b.promql for b in histograms.values())
+    assert all(b.window_s is None for b in windowed if b.name not in q.HISTOGRAM_QUERIES)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_query_windows_reject_non_positive(bad: float) -> None:
     with pytest.raises(ValueError, match="saturation_s"):
         QueryWindows(saturation_s=bad)
+    with pytest.raises(ValueError, match="latency_histogram_s"):
+        QueryWindows(latency_histogram_s=bad)
 
 
 @pytest.mark.parametrize(
@@ -264,7 +285,7 @@ def test_query_windows_reject_non_positive(bad: float) -> None:
 def test_every_query_fits_a_proxy_request_line(n_models: int, model_filter: bool, namespace_filter: bool) -> None:
     models = [ModelQuery(ModelKey(f"team-{i % 10:02d}", f"org/model-{i:05d}")) for i in range(n_models)]
     built = build_queries(models)
-    assert len(built) == 13
+    assert len(built) == 15
     assert max(q.encoded_length(b.promql) for b in built) <= q.DEFAULT_MAX_QUERY_BYTES
     vllm = [b for b in built if b.name not in (QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES)]
     assert all(("model_name=~" in b.promql) == model_filter for b in vllm if b.name is not QueryName.DISPATCH_RATE)

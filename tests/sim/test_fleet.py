@@ -376,3 +376,25 @@ def test_fleet_config_from_the_design_scenario() -> None:
         FleetConfig.from_scenario({**scenario, "variants": [scenario["variants"][0], {"name": "x", "colour": 1}]})
     with pytest.raises(ValueError, match="model_id"):
         FleetConfig.from_scenario({"variants": scenario["variants"]})
+
+
+def test_scale_targets_carry_the_startup_times_of_their_ready_pods() -> None:
+    """Creation → Ready, as the inventory reads it from Kubernetes: waiting for a GPU counts; pods running at the
+    start report the median startup; starting pods report nothing yet."""
+    fleet = fleet_of(
+        variant("a", initial_replicas=1),
+        variant("b", initial_replicas=1, startup=StartupTime(10.0, 10.0)),
+        nodes=(NodeGpus("n1", "L4", 2),),
+    )
+    assert fleet.scale_target("a").startup_s == (60.0,)  # the initial pod, as if created a median earlier
+    fleet.set_replicas("a", 2, 0.0)  # no free GPU: the new pod waits
+    fleet.advance(100.0)
+    assert fleet.scale_target("a").startup_s == (60.0,)
+    fleet.set_replicas("b", 0, 100.0)  # frees the GPU at 100 s: scheduled then, ready 60 s later
+    fleet.advance(159.0)
+    assert fleet.scale_target("a").startup_s == (60.0,)
+    fleet.advance(161.0)
+    assert fleet.scale_target("a").startup_s == (60.0, 160.0)  # created at 0, ready at 160
+    assert fleet.scale_target("b").startup_s == ()
+    created = {p.name: p.created_s for p in fleet.pods("a")}
+    assert sorted(created.values()) == [-60.0, 0.0]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from adapter.sim.replica import PerfParams, ReplicaSim, SimRequest, _iterations_to_reach
+from adapter.sim.replica import TPOT_BUCKETS_S, TTFT_BUCKETS_S, PerfParams, ReplicaSim, SimRequest, _iterations_to_reach
 from adapter.sim.workload import PoissonArrivals, Request, TokenLengths, synthetic_requests
 
 
@@ -394,3 +394,39 @@ def test_perf_params_validation() -> None:
     assert PerfParams(kv_cache_tokens=30000, block_size=16).num_gpu_blocks == 1875
     assert PerfParams(kv_cache_tokens=30000, max_model_len=8192).effective_max_model_len == 8192
     assert math.isclose(PerfParams().iteration_ms(tokens=64, kv_tokens=64000), 20 + 5.12 + 12.8)
+
+
+def _cumulative(values: list[float], edges: tuple[float, ...]) -> tuple[int, ...]:
+    return (*(sum(1 for v in values if v <= le) for le in edges), len(values))
+
+
+@pytest.mark.parametrize(
+    ("rate", "kv_tokens"),
+    [
+        pytest.param(0.5, 30_000, id="light"),
+        pytest.param(8.0, 30_000, id="queueing"),
+        pytest.param(4.0, 6_000, id="preempting"),
+    ],
+)
+def test_latency_histograms_count_every_observation(rate: float, kv_tokens: int) -> None:
+    """vLLM's TTFT and per-request TPOT histograms (default edges): each finished request observed once in
+    each; TPOT = (last − first token) / (n − 1), and 0 for a one-token answer."""
+    perf = PerfParams(alpha_ms=20, beta_ms=0.08, gamma_ms=0.0002, kv_cache_tokens=kv_tokens, max_num_seqs=64)
+    reqs = _poisson(rate, 300.0, seed=5, n_in=800, n_out=150)
+    reqs += [Request(301.0 + i, 200, 1) for i in range(5)]  # one-token answers
+    run = make(perf)
+    feed(run, reqs, tick_s=0.5)
+    assert len(run.done) == len(reqs)
+    sample = run.replica.sample()
+    ttft = [r.first_token_s - r.arrival_s for r, _ in run.done.values()]
+    tpot = [(t - r.first_token_s) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0 for r, t in run.done.values()]
+    assert sample.ttft_buckets == _cumulative(ttft, TTFT_BUCKETS_S)
+    assert sample.tpot_buckets == _cumulative(tpot, TPOT_BUCKETS_S)
+    assert sample.ttft_buckets[-1] == sample.ttft_count == len(reqs)
+    assert sample.tpot_buckets[0] >= 5  # the one-token answers sit in the lowest bucket
+    assert len(sample.ttft_buckets) == 23
+    assert len(sample.tpot_buckets) == 20
+    if rate >= 8.0:  # a queue forms: some first tokens take longer than the first edges
+        assert sample.ttft_buckets[TTFT_BUCKETS_S.index(0.25)] < len(reqs)
+    if kv_tokens < 10_000:  # preempted requests are observed once, at their first first token
+        assert run.replica.preemptions_total > 0
