@@ -49,6 +49,7 @@ from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.latency import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S
+from adapter.domain.latency import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S
 from adapter.domain.snapshot import DesiredAlloc, ScaleTarget, Snapshot, VariantSpec, VariantStatus, VariantView
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import EPP_MODEL_LABEL, Query, QueryName, build_queries
@@ -145,6 +146,17 @@ def _result(query: Query, fleet: Fleet, load: dict[str, float], rng: random.Rand
                 labels = {"namespace": mq.key.namespace, "model_name": mq.key.model_id}
                 labels["le"] = "+Inf" if math.isinf(le) else repr(le)
                 out.append(_sample(labels, round(total * share, 4)))
+        return out
+    if name in (QueryName.TTFT_HISTOGRAM, QueryName.TPOT_HISTOGRAM):
+        # One series per model and bucket edge (summed over its pods in PromQL): cumulative rates ending at +Inf.
+        edges = VLLM_TTFT_BUCKETS_S if name is QueryName.TTFT_HISTOGRAM else VLLM_ITL_BUCKETS_S
+        out = []
+        for mq in fleet.models:
+            rate = round(load[mq.key.model_id] * 30, 3)
+            labels = {"namespace": mq.key.namespace, "model_name": mq.key.model_id}
+            for i, le in enumerate((*edges, math.inf)):
+                share = 1.0 if le == math.inf else min(1.0, (i + 1) / len(edges))
+                out.append(_sample({**labels, "le": "+Inf" if le == math.inf else repr(le)}, round(rate * share, 3)))
         return out
     if name in (QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES):
         per_req = 1 if name is QueryName.EPP_QUEUE_SIZE else 4096
@@ -260,7 +272,7 @@ async def one_cycle(
 
 
 PROFILES = {"all": None, "v1": V1_QUERIES}
-"""Which queries the collector sends: all 12 metrics, or only what the V1 analyzer, the enforcer and
+"""Which queries the collector sends: all 14 metrics, or only what the V1 analyzer, the enforcer and
 scale-from-zero read."""
 
 
@@ -332,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench_collect", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scales", default="100,1000,10000", help="comma-separated VA counts")
-    parser.add_argument("--metrics", default="all,v1", help="query sets: all (12 metrics) and/or v1 (what V1 reads)")
+    parser.add_argument("--metrics", default="all,v1", help="query sets: all (14 metrics) and/or v1 (what V1 reads)")
     parser.add_argument("--gc-threshold", type=int, help="gc.set_threshold(N, 20, 20) in the measured process")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of engine.decide per scale")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
