@@ -14,6 +14,7 @@ from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import ModelTraffic, NodeGpus, ScaleTarget, Snapshot, VariantStatus, VariantView
 from adapter.domain.timefmt import format_rfc3339, parse_rfc3339_s
 from adapter.engine.state import StateFormatError, state_from_json
+from adapter.reconciler.loop import decide_cycle
 from adapter.replay import fixture as fx
 
 RESULT_SCHEMA = "wva-replay-result/v1"
@@ -63,7 +64,7 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
         if cycle.kind == "scale-from-zero":
             result, state = engine.wake(snapshot, state, now_s)
         else:
-            result, state = engine.decide(snapshot, state, config, now_s)
+            result, state = decide_cycle(snapshot, state, config, now_s)
         new_statuses = engine.statuses(result, snapshot)
         statuses.update(new_statuses)
         mismatches = _mismatches(cycle, result.decisions)
