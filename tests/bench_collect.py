@@ -316,11 +316,14 @@ async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int) -> dict[s
             _, _, collection, n_decisions = await loop.cycle()  # warm-up
             if not collection.available or collection.errors:
                 raise SystemExit(f"collection failed: {collection.errors[:2]}")
-            samples = [await loop.cycle() for _ in range(runs)]
+            facts = {"pods_collected": len(collection.pods), "dropped": dict(collection.dropped_samples)}
+            del collection  # a cycle's collection is garbage once decided: keeping it would count twice
+            samples = [(await loop.cycle())[:2] for _ in range(runs)]
             rss_by_cycle = [rss_mb()]
             while loop.cycles < cycles:  # steady state: does anything grow from cycle to cycle?
                 await loop.cycle()
                 rss_by_cycle.append(rss_mb())
+            peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before tracemalloc's own memory
             tracemalloc.start()
             await loop.cycle()
             _, traced_peak = tracemalloc.get_traced_memory()
@@ -334,12 +337,11 @@ async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int) -> dict[s
         "models": len(fleet.models),
         "pods": len(fleet.pods),
         "decisions": n_decisions,
-        "pods_collected": len(collection.pods),
-        "dropped": dict(collection.dropped_samples),
-        "median_s": {s: statistics.median(w[s] for w, _, _, _ in samples) for s in STAGES},
-        "median_cpu_s": {s: statistics.median(c[s] for _, c, _, _ in samples) for s in STAGES},
+        **facts,
+        "median_s": {s: statistics.median(w[s] for w, _ in samples) for s in STAGES},
+        "median_cpu_s": {s: statistics.median(c[s] for _, c in samples) for s in STAGES},
         "runs": runs,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss,
         "baseline_rss_mb": baseline_rss_mb,
         "tracemalloc_peak_mb": traced_peak / 2**20,
         "cycles": loop.cycles,

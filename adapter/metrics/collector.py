@@ -205,7 +205,7 @@ class PrometheusCollector:
         ca_file: str | None = None,
         insecure_skip_verify: bool = False,
         client_cert: str | tuple[str, str] | None = None,
-        max_concurrency: int = 8,
+        max_concurrency: int = 4,
         windows: QueryWindows | None = None,
         max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES,
         metrics: Iterable[QueryName] | None = None,
@@ -240,6 +240,9 @@ class PrometheusCollector:
         session.mount(self.url, HTTPAdapter(max_retries=no_retry, pool_maxsize=max_concurrency))
         self._session = session
         self._executor = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="prometheus-query")
+        self._digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prometheus-digest")
+        """Decoding, digests and the join: CPU work under the GIL, so one thread loses no speed, and the memory it
+        churns (decoded answers, columns, lists of 100,000 values) stays in one malloc arena instead of eight."""
         self._closed = False
         self._index: tuple[dict[PodKey, str], PodIndex] | None = None
 
@@ -253,6 +256,7 @@ class PrometheusCollector:
         if not self._closed:
             self._closed = True
             self._executor.shutdown(wait=False, cancel_futures=True)
+            self._digester.shutdown(wait=False, cancel_futures=True)
             self._session.close()
 
     async def __aenter__(self) -> PrometheusCollector:
@@ -312,8 +316,10 @@ class PrometheusCollector:
                 params={"query": promql, "timeout": f"{self.timeout_s:g}s"},
                 headers=self._headers,
                 timeout=self.timeout_s,
+                stream=True,
             )
-            body = response.content
+            with response:  # one read of the whole body (requests' .content joins 10 KB chunks: twice the memory)
+                body: bytes = response.raw.read(decode_content=True)
         except (requests.ConnectionError, requests.Timeout) as e:
             raise PrometheusUnavailable(f"cannot reach {self.url}: {_root_cause(e)}") from e
         except requests.RequestException as e:
@@ -360,7 +366,6 @@ class PrometheusCollector:
             return join(models, [(q, closed) for q in queries], index)
         loop = asyncio.get_running_loop()
         gate = asyncio.Semaphore(self.max_concurrency)
-        one_at_a_time = asyncio.Lock()  # digests: CPU-bound under the GIL anyway; one decoded answer at a time
         down: list[PrometheusUnavailable] = []
 
         async def run(query: Query) -> Digest | SourceError:
@@ -374,16 +379,15 @@ class PrometheusCollector:
                     return e
                 except SourceError as e:
                     return e
-                async with one_at_a_time:
-                    try:
-                        return await loop.run_in_executor(self._executor, self._digest, query, body, index)
-                    except SourceError as e:
-                        return e
+                try:  # one at a time (`_digester`): one decoded answer alive at once
+                    return await loop.run_in_executor(self._digester, self._digest, query, body, index)
+                except SourceError as e:
+                    return e
 
         outcomes = await asyncio.gather(*(run(q) for q in queries))
         # Joining is CPU work proportional to the pods (~0.1 s at 10,000): off the event loop the servers share.
         collection = await loop.run_in_executor(
-            self._executor, self._join, models, list(zip(queries, outcomes, strict=True)), index
+            self._digester, self._join, models, list(zip(queries, outcomes, strict=True)), index
         )
         collection = replace(collection, duration_s=time.monotonic() - started)
         if collection.errors:
@@ -761,6 +765,7 @@ def join(
     )
 
 
+_NO_GEOMETRY: tuple[None, None] = (None, None)
 _FIELDS = (
     "kv_cache_usage",
     "queue_length",
@@ -795,31 +800,32 @@ def _pods(
     kv, queue, running, avg_in, avg_out, hit, arrival, ttft, itl = map(values, _FIELDS)
     keys, variants, shape = index.keys, index.variants, geometry.get
     pods = []
+    make = PodMetrics  # positionally, in field order (100,000 calls at 10,000 VAs; keywords cost a third more)
     for at, i in enumerate(numbers.tolist()):
         usage = kv[at]
-        blocks, size = shape(i, (None, None))
+        blocks, size = shape(i, _NO_GEOMETRY)
         tokens = None
         if usage is not None and blocks is not None and size is not None:
             total = blocks * size
             tokens = float(min(max(round(usage * total), 0), total))
         namespace, pod = keys[i]
         pods.append(
-            PodMetrics(
-                namespace=namespace,
-                pod=pod,
-                variant=variants[i],
-                kv_cache_usage=usage,
-                queue_length=queue[at],
-                running_requests=running[at],
-                num_gpu_blocks=blocks,
-                block_size=size,
-                tokens_in_use=tokens,
-                avg_input_tokens=avg_in[at],
-                avg_output_tokens=avg_out[at],
-                prefix_cache_hit_rate=hit[at],
-                arrival_rate_rps=arrival[at],
-                avg_ttft_s=ttft[at],
-                avg_itl_s=itl[at],
+            make(
+                namespace,
+                pod,
+                variants[i],
+                usage,
+                queue[at],
+                running[at],
+                blocks,
+                size,
+                tokens,
+                avg_in[at],
+                avg_out[at],
+                hit[at],
+                arrival[at],
+                ttft[at],
+                itl[at],
             )
         )
     return tuple(pods)
