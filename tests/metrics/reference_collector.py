@@ -30,7 +30,6 @@ def _short(e: BaseException) -> str:
     return text if len(text) <= ERROR_TEXT_LIMIT else text[: ERROR_TEXT_LIMIT - 1] + "…"
 
 
-
 # ------------------------------------------------------------------------------------------ assembly
 
 
