@@ -16,29 +16,56 @@ from adapter.domain.errors import AdapterError, ConfigError, FixtureError
 
 
 def _replay(args: argparse.Namespace) -> int:
+    """Replay each fixture; the result JSON is written cycle by cycle as it is decided (the same text as
+    `json.dumps(result, indent=2)`), so memory holds one cycle's result, however many cycles there are."""
     from adapter.replay import fixture, runner
 
-    results = []
-    for path in args.fixtures:
+    loaded = []
+    for path in args.fixtures:  # all validated first: an invalid one stops the run before any output
         try:
-            fx, vas = fixture.load(Path(path))
+            loaded.append((path, *fixture.load(Path(path))))
         except FixtureError as exc:
             print(f"{path}: invalid fixture: {exc}", file=sys.stderr)
             return 2
-        result = runner.run(fx, vas, scale_to_zero_env=os.environ.get("WVA_SCALE_TO_ZERO"))
-        result["fixture"] = str(path)
-        results.append(result)
-        verdict = "PASS" if result["passed"] else "FAIL"
-        print(f"{verdict} {path}: {result['name'] or '(unnamed)'} — {len(result['cycles'])} cycle(s)", file=sys.stderr)
-        for c, cycle in enumerate(result["cycles"]):
+    several = len(loaded) > 1
+    out = sys.stdout
+    if several:
+        out.write("[\n")
+    all_passed = True
+    for n, (path, fx, vas) in enumerate(loaded):
+        level = 1 if several else 0
+        passed, count = True, 0
+        head = {"schema": runner.RESULT_SCHEMA, "name": fx.name}
+        out.write(_indent("{", level) + "\n")
+        for key, value in head.items():
+            out.write(_indent(f"  {json.dumps(key)}: {json.dumps(value)},", level) + "\n")
+        out.write(_indent('  "cycles": [', level))
+        cycles = runner.play(fx, vas, scale_to_zero_env=os.environ.get("WVA_SCALE_TO_ZERO"))
+        for c, cycle in enumerate(cycles):
+            out.write(("," if c else "") + "\n" + _indent(json.dumps(cycle, indent=2), level + 2))
+            passed = passed and not cycle["mismatches"]
+            count += 1
             for m in cycle["mismatches"]:
                 print(
                     f"  cycle {c} {m['variant']}: {m['field']} expected {m['expected']!r}, got {m['actual']!r}",
                     file=sys.stderr,
                 )
-    out = results[0] if len(results) == 1 else results
-    print(json.dumps(out, indent=2))
-    return 0 if all(r["passed"] for r in results) else 1
+        out.write(("\n" + _indent("  ]", level) if count else "]") + ",\n")
+        out.write(_indent(f'  "passed": {json.dumps(passed)},', level) + "\n")
+        out.write(_indent(f'  "fixture": {json.dumps(str(path))}', level) + "\n")
+        out.write(_indent("}", level) + ("," if several and n < len(loaded) - 1 else "") + "\n")
+        all_passed = all_passed and passed
+        verdict = "PASS" if passed else "FAIL"
+        print(f"{verdict} {path}: {fx.name or '(unnamed)'} — {count} cycle(s)", file=sys.stderr)
+    if several:
+        out.write("]\n")
+    return 0 if all_passed else 1
+
+
+def _indent(text: str, levels: int) -> str:
+    """Every line of `text` indented by `levels` steps of two spaces (json.dumps' indent=2 nesting)."""
+    pad = "  " * levels
+    return "\n".join(pad + line for line in text.split("\n")) if pad else text
 
 
 def _explain(args: argparse.Namespace) -> int:

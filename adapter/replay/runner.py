@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +22,24 @@ RESULT_SCHEMA = "wva-replay-result/v1"
 
 
 def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env: str | None = None) -> dict[str, Any]:
-    """Return the `wva-replay-result/v1` document for one fixture."""
+    """Return the `wva-replay-result/v1` document for one fixture (every cycle's result in memory; `play` gives
+    them one at a time)."""
+    cycles = list(play(fixture, vas, scale_to_zero_env=scale_to_zero_env))
+    return result_document(fixture, cycles)
+
+
+def result_document(fixture: fx.Fixture, cycles: list[dict[str, Any]]) -> dict[str, Any]:
+    passed = all(not cycle["mismatches"] for cycle in cycles)
+    return {"schema": RESULT_SCHEMA, "name": fixture.name, "cycles": cycles, "passed": passed}
+
+
+def play(
+    fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Each cycle's result (`wva-replay-result/v1` `cycles[]`) as soon as it is decided, VA status and engine state
+    carried from one to the next. A caller that writes each and lets it go holds one cycle's result at a time:
+    a cycle of 20,000 VAs is ~110 MB of Python objects, so collecting 30 of them (what `run` does) took 3.8 GB
+    (issue 22); the CLI streams them."""
     configmaps = ConfigSet.from_raw(
         fx.configmap_triples(fixture),
         controller_namespace=fixture.controller_namespace,
@@ -34,8 +52,6 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
     targets: dict[tuple[str, str], ScaleTarget] = {}
     models: dict[Any, ModelTraffic] = {}
     nodes: tuple[NodeGpus, ...] = ()
-    cycles_out = []
-    passed = True
     for cycle in fixture.cycles:
         now_s = cycle.now_s if cycle.now_s is not None else parse_rfc3339_s(cycle.now)
         if cycle.scale_targets is not None:
@@ -68,8 +84,7 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
         new_statuses = engine.statuses(result, snapshot)
         statuses.update(new_statuses)
         mismatches = _mismatches(cycle, result.decisions)
-        passed = passed and not mismatches
-        cycles_out.append(
+        yield (
             {
                 "now": format_rfc3339(now_s),
                 **({"kind": cycle.kind} if cycle.kind != "decide" else {}),
@@ -103,7 +118,6 @@ def run(fixture: fx.Fixture, vas: list[VariantAutoscaling], *, scale_to_zero_env
                 "mismatches": mismatches,
             }
         )
-    return {"schema": RESULT_SCHEMA, "name": fixture.name, "cycles": cycles_out, "passed": passed}
 
 
 def initial_state(fixture: fx.Fixture) -> engine.EngineState:
