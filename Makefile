@@ -72,6 +72,7 @@ bench: install
 bench-sim: install
 	$(BIN)/python -m tests.bench_sim
 	$(BIN)/python -m tests.bench_floor
+	$(BIN)/python -m tests.bench_forecast
 
 fmt: install
 	$(BIN)/ruff format adapter tests

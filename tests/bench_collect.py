@@ -146,17 +146,6 @@ def _result(query: Query, fleet: Fleet, load: dict[str, float], rng: random.Rand
                 labels["le"] = "+Inf" if math.isinf(le) else repr(le)
                 out.append(_sample(labels, round(total * share, 4)))
         return out
-    if name in (QueryName.TTFT_HISTOGRAM, QueryName.TPOT_HISTOGRAM):
-        # One series per model and bucket edge (summed over its pods in PromQL): cumulative rates ending at +Inf.
-        edges = VLLM_TTFT_BUCKETS_S if name is QueryName.TTFT_HISTOGRAM else VLLM_ITL_BUCKETS_S
-        out = []
-        for mq in fleet.models:
-            rate = round(load[mq.key.model_id] * 30, 3)
-            labels = {"namespace": mq.key.namespace, "model_name": mq.key.model_id}
-            for i, le in enumerate((*edges, math.inf)):
-                share = 1.0 if le == math.inf else min(1.0, (i + 1) / len(edges))
-                out.append(_sample({**labels, "le": "+Inf" if le == math.inf else repr(le)}, round(rate * share, 3)))
-        return out
     if name in (QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES):
         per_req = 1 if name is QueryName.EPP_QUEUE_SIZE else 4096
         return [

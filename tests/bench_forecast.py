@@ -37,6 +37,8 @@ from adapter.analyzers.predictive.forecast import ForecastConfig, Forecaster, de
 from adapter.sim import scenario as scenario_module
 
 REPO = Path(__file__).resolve().parents[1]
+DEV = {p.stem: p for p in sorted((REPO / "examples/scenarios/dev").glob("*.yaml"))}
+"""Tuning set (`--set dev`): the development scenarios; the benchmark's are the judged set."""
 WORKLOADS = {
     "azure-code": REPO / "examples/scenarios/bench/azure-code.yaml",
     "azure-conv": REPO / "examples/scenarios/bench/azure-conv.yaml",
@@ -176,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench_forecast", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--set", choices=("bench", "dev"), default="bench")
     args = parser.parse_args(argv)
+    workloads = WORKLOADS if args.set == "bench" else DEV
     started = time.perf_counter()
     rows: dict[tuple[str, str], list[Score]] = {}
-    for workload, path in WORKLOADS.items():
+    for workload, path in workloads.items():
         for seed in range(args.seeds):
             values = series(path, seed)
             for name, make in CANDIDATES.items():
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{mean['excess']:+.2f} | {mean['update_ms']:.3f} |"
         )
     totals = {
-        name: statistics.fmean(statistics.fmean(s.pinball for s in rows[(w, name)]) for w in WORKLOADS)
+        name: statistics.fmean(statistics.fmean(s.pinball for s in rows[(w, name)]) for w in workloads)
         for name in CANDIDATES
     }
     lines += ["", "Mean pinball over the workloads: " + ", ".join(f"{n} {v:.3f}" for n, v in totals.items()) + "."]

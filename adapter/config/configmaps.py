@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from adapter.config.errors import describe
 from adapter.config.safeload import InputError, load_yaml
+from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.ids import ModelKey
 from adapter.domain.timefmt import format_duration_short, parse_duration_s
 
@@ -56,9 +57,11 @@ class _Entry(BaseModel):
 
 
 class SaturationEntry(_Entry):
-    analyzer_name: Literal["", "saturation", "saturation-percentage-based", "saturation-token-based"] | None = Field(
-        default=None, alias="analyzerName"
-    )
+    analyzer_name: (
+        Literal["", "saturation", "saturation-percentage-based", "saturation-token-based", "predictive"] | None
+    ) = Field(default=None, alias="analyzerName")
+    """"predictive" (ours) selects the predictive, attainment-aware analyzer, whose settings live in the
+    queueing-model ConfigMap beside the SLO targets."""
     kv_cache_threshold: float | None = Field(default=None, alias="kvCacheThreshold", ge=0, le=1)
     queue_length_threshold: float | None = Field(default=None, alias="queueLengthThreshold", ge=0)
     kv_spare_trigger: float | None = Field(default=None, alias="kvSpareTrigger", ge=0, le=1)
@@ -94,11 +97,42 @@ class ScaleToZeroEntry(_Entry):
         return value
 
 
+class AcceleratorProfile(BaseModel):
+    """Prior service parameters of one accelerator type (ms), for a variant whose own are not learned yet —
+    above all one at zero replicas, which reports nothing (seed 003's α, β, γ)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    alpha: float = Field(gt=0, le=10_000)
+    beta: float = Field(ge=0, le=1_000)
+    gamma: float = Field(ge=0, le=1_000)
+    max_batch: int | None = Field(default=None, alias="maxBatch", ge=1, le=1_000_000)
+
+
 class QueueingEntry(_Entry):
     slo_multiplier: float | None = Field(default=None, alias="sloMultiplier")
     tuning_enabled: bool | None = Field(default=None, alias="tuningEnabled")
     target_ttft_ms: float | None = Field(default=None, alias="targetTTFT", ge=0)
     target_itl_ms: float | None = Field(default=None, alias="targetITL", ge=0)
+    # the predictive analyzer's settings (ours; the plain queueing model ignores them)
+    slo_attainment_target: float | None = Field(default=None, alias="sloAttainmentTarget", ge=0.5, lt=1)
+    """Share of requests that must meet both targets (default 0.99)."""
+    forecast_quantile: float | None = Field(default=None, alias="forecastQuantile", ge=0.5, lt=1)
+    startup_time: str | None = Field(default=None, alias="startupTime")
+    """The lead before pods have shown their own startup (creation → Ready p90); default 5m."""
+    backlog_drain_time: str | None = Field(default=None, alias="backlogDrainTime")
+    """How soon queued requests should be served: the backlog adds backlog / this to the demand; default 1m."""
+    itl_spread: float | None = Field(default=None, alias="itlSpread", ge=0, le=5)
+    """Coefficient of variation of a request's mean ITL, the prior of the tail (default 0.25)."""
+    accelerator_profiles: dict[str, AcceleratorProfile] | None = Field(
+        default=None, alias="acceleratorProfiles", max_length=64
+    )
+
+    @field_validator("startup_time", "backlog_drain_time")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None and not 0 < parse_duration_s(value) <= 3600:
+            raise ValueError("must be a duration in (0, 1h], such as '5m'")
+        return value
 
     @field_validator("slo_multiplier")
     @classmethod
@@ -183,6 +217,13 @@ class QueueingConfig:
     tuning_enabled: bool = True
     target_ttft_ms: float = 0.0
     target_itl_ms: float = 0.0
+    slo_attainment_target: float = 0.99
+    forecast_quantile: float = 0.75
+    startup_time_s: float = 300.0
+    backlog_drain_time_s: float = 60.0
+    itl_spread: float = 0.25
+    accelerator_profiles: Mapping[str, AcceleratorProfile] = field(default_factory=dict)
+    """Keyed by normalised accelerator name (adapter.domain.accelerators)."""
 
     @property
     def explicit_slo(self) -> bool:
@@ -370,4 +411,12 @@ class ConfigSet:
             merged.update(entry.set_fields())
         if merged.get("slo_multiplier", 0) == 0:
             merged.pop("slo_multiplier", None)
+        for key in ("startup_time", "backlog_drain_time"):
+            if key in merged:
+                merged[f"{key}_s"] = parse_duration_s(merged.pop(key))
+        if "accelerator_profiles" in merged:
+            merged["accelerator_profiles"] = {
+                normalize_accelerator(name): AcceleratorProfile(**profile) if isinstance(profile, dict) else profile
+                for name, profile in merged["accelerator_profiles"].items()
+            }
         return QueueingConfig(**merged), warnings

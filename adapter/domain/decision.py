@@ -43,6 +43,7 @@ class AnalyzerName(StrEnum):
     SATURATION_PERCENTAGE = "saturation-percentage-based"
     SATURATION_TOKEN = "saturation-token-based"
     QUEUEING_MODEL = "queueing-model"
+    PREDICTIVE = "predictive"
     NONE = "none"
     """No analyzer ran (fallback, last resort, scale-from-zero)."""
 

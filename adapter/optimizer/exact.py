@@ -29,7 +29,9 @@ Deterministic: the solver's work is bounded by a number of branch-and-bound node
 recorded cycle replays bit for bit (with a time limit, a slower or busier machine explored fewer nodes and could
 keep a different incumbent). HiGHS itself is deterministic (fixed random seed, no time-dependent choices). When
 the limit is reached, the best incumbent is used (feasible, within the bound's gap) and the decision says so.
-The limit bounds work, not time: one program's time grows with its size. `solve` keeps the programs small
+The limit bounds work, not time: one program's time grows with its size, mostly HiGHS's root node (at 1,000
+VAs, 5, 20 or 50 nodes cost the same, 200 twice as much; the former 1 s time budget cut that root short on a
+busy machine and kept a different incumbent on a faster one). `solve` keeps the programs small
 (issue 22): a program per set of requests sharing a constrained pool, and within it the pool rows only when
 the GPUs do not suffice (see `solve`). At 1,000 VAs (tests/bench_pipeline.py, all models on two pools) a
 decide in exact mode takes ~0.3 s when the pools have room for the relaxed optimum (0.12 s of it the one

@@ -167,6 +167,7 @@ def _analysis_lines(analysis: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"    SLO: TTFT {slo.get('target_ttft_ms')} ms, ITL {slo.get('target_itl_ms')} ms ({slo.get('source')})"
         )
+    lines.extend(_predictive_lines(analysis))
     variants = analysis.get("variants")
     if isinstance(variants, Mapping):
         for name, figs in sorted(variants.items()):
@@ -180,6 +181,42 @@ def _analysis_lines(analysis: Mapping[str, Any]) -> list[str]:
             f"    Allocation: {allocation.get('optimizer')} → {dict(allocation.get('targets', {}))}"
             + (f", unmet {_fmt(unmet)}" if unmet else "")
         )
+    return lines
+
+
+def _predictive_lines(analysis: Mapping[str, Any]) -> list[str]:
+    """The predictive analyzer's figures: the demand and its forecast over the lead, the headroom and the
+    attainment feedback behind it, and any advice."""
+    lines = []
+    demand = analysis.get("demand")
+    if isinstance(demand, Mapping):
+        raw = demand.get("forecast")
+        forecast: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        period = forecast.get("period_s")
+        seasonal = forecast.get("seasonal_rps")
+        season = f"period {_fmt(period)} s, seasonal {_fmt(seasonal)} req/s" if period else "no period"
+        lines.append(
+            f"    Demand: {_fmt(demand.get('demand_rps'))} req/s = max(arrivals {_fmt(demand.get('arrival_rps'))}, "
+            f"forecast peak {_fmt(forecast.get('peak_rps'))} over the lead {_fmt(demand.get('lead_s'))} s) + backlog "
+            f"{_fmt(demand.get('backlog'))} requests ({_fmt(demand.get('backlog_rps'))} req/s to drain)"
+        )
+        lines.append(
+            f"    Forecast: trend {_fmt(forecast.get('trend_rps'))} req/s (level {_fmt(forecast.get('level_rps'))}, "
+            f"slope {_fmt(forecast.get('slope_rps_per_s'))} req/s per s, σ {_fmt(forecast.get('sigma_rps'))}), "
+            + f"{season}; {forecast.get('points')} points of history"
+        )
+    headroom = analysis.get("headroom")
+    if isinstance(headroom, Mapping):
+        measured = headroom.get("measured_attainment")
+        lines.append(
+            f"    Headroom: {_fmt(headroom.get('value'))} (attainment measured "
+            f"{'–' if measured is None else f'{100 * measured:.2f} %'} over "
+            f"{_fmt(headroom.get('completions_in_window'))} requests, target {_fmt(headroom.get('target'))}"
+            + (f"; held: {headroom.get('hold')}" if headroom.get("hold") else "")
+            + ")"
+        )
+    for tip in analysis.get("advice") or ():
+        lines.append(f"    Advice: {tip}")
     return lines
 
 

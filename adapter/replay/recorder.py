@@ -6,8 +6,8 @@ targets (with a pod template that parses back to the same GPU count, accelerator
 their pods' startup times), the pod metrics, model traffic (with its latency histograms), nodes, the ConfigMaps
 in force, whether Prometheus answered (and which models it did not), the exact `now` — the engine's memory
 before the cycle (`engine_state`, so one fixture replays on its own), and the decisions taken as `expect`
-(desired replicas and reason). No secrets: no tokens, certificates or
-kubeconfigs, only object names, specs, statuses and metrics.
+(desired replicas and reason). No secrets: no tokens, certificates or kubeconfigs, only object names, specs,
+statuses and metrics.
 
 Files go into a ring in one directory, `cycle-<epoch ms>-<seq>.json`, oldest deleted first once the directory
 holds more than `max_bytes`; each is written to a temporary name, flushed and renamed, so a reader never sees

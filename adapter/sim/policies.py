@@ -53,6 +53,7 @@ class Policy(StrEnum):
     WVA_V1 = "wva-v1"
     WVA_V2 = "wva-v2"
     WVA_SLO = "wva-slo"
+    WVA_PREDICTIVE = "wva-predictive"
     HPA_KV = "hpa-kv"
     KEDA_QUEUE = "keda-queue"
     STATIC = "static"
@@ -64,6 +65,7 @@ POLICY_ANALYZER: Mapping[Policy, AnalyzerName] = {
     Policy.WVA_V1: AnalyzerName.SATURATION_PERCENTAGE,
     Policy.WVA_V2: AnalyzerName.SATURATION_TOKEN,
     Policy.WVA_SLO: AnalyzerName.QUEUEING_MODEL,
+    Policy.WVA_PREDICTIVE: AnalyzerName.PREDICTIVE,
 }
 _ANALYZER_NAME_VALUE = {Policy.WVA_V1: "saturation-percentage-based", Policy.WVA_V2: "saturation"}
 HPA_KV_TARGET = 0.7
@@ -98,41 +100,50 @@ def _dump(entry: Mapping[str, Any]) -> str:
 
 
 def policy_configmaps(
-    configmaps: ConfigSet, policy: Policy, *, model: ModelKey, slo_ttft_ms: float, slo_itl_ms: float
+    configmaps: ConfigSet,
+    policy: Policy,
+    *,
+    model: ModelKey,
+    slo_ttft_ms: float,
+    slo_itl_ms: float,
+    profiles: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[tuple[str, str, dict[str, str]], ...]:
     """The scenario's ConfigMaps edited so that the engine selects `policy`'s analyzer for `model` (module
-    docstring), as (namespace, name, data) triples for the simulated cluster. Baselines get them unchanged."""
+    docstring), as (namespace, name, data) triples for the simulated cluster. Baselines get them unchanged.
+    `profiles` (accelerator → {alpha, beta, gamma} ms): what a user measured for each accelerator, given to the
+    predictive policy as `acceleratorProfiles`."""
     triples = [(ns, name, {str(k): str(v) for k, v in data.items()}) for ns, name, data in configmaps.sources]
     if not is_wva(policy):
         return tuple(triples)
     ns = configmaps.controller_namespace
-    settings: dict[str, Any]
+    targets = {"targetTTFT": float(slo_ttft_ms), "targetITL": float(slo_itl_ms)}
+    edits: dict[str, dict[str, Any]]
     if policy in (Policy.WVA_V1, Policy.WVA_V2):
-        edit_name, settings = SATURATION_CM, {"analyzerName": _ANALYZER_NAME_VALUE[policy]}
+        edits = {SATURATION_CM: {"analyzerName": _ANALYZER_NAME_VALUE[policy]}}
+    elif policy is Policy.WVA_SLO:
+        edits = {SATURATION_CM: {"analyzerName": ""}, QUEUEING_CM: targets}
     else:
-        edit_name, settings = QUEUEING_CM, {"targetTTFT": float(slo_ttft_ms), "targetITL": float(slo_itl_ms)}
-    if not any(n == ns and name == edit_name for n, name, _ in triples):
-        triples.append((ns, edit_name, {}))
-    triples = [
-        (n, name, _edited(n, name, data, edit_name=edit_name, settings=settings, global_ns=ns))
-        for n, name, data in triples
-    ]
+        queueing = {
+            **targets,
+            **({"acceleratorProfiles": {k: dict(v) for k, v in profiles.items()}} if profiles else {}),
+        }
+        edits = {SATURATION_CM: {"analyzerName": "predictive"}, QUEUEING_CM: queueing}
+    for edit_name in edits:
+        if not any(n == ns and name == edit_name for n, name, _ in triples):
+            triples.append((ns, edit_name, {}))
+    triples = [(n, name, _edited(n, name, data, edits=edits, global_ns=ns)) for n, name, data in triples]
     _check_selection(triples, configmaps, policy, model=model, slo=(slo_ttft_ms, slo_itl_ms))
     return tuple(triples)
 
 
 def _edited(
-    namespace: str,
-    name: str,
-    data: Mapping[str, str],
-    *,
-    edit_name: str,
-    settings: Mapping[str, Any],
-    global_ns: str,
+    namespace: str, name: str, data: Mapping[str, str], *, edits: Mapping[str, Mapping[str, Any]], global_ns: str
 ) -> dict[str, str]:
-    """One ConfigMap's data after the policy's edit: `settings` merged into every entry of the edited ConfigMap
-    (a `default` entry is added to the global one); for V1/V2 the queueing-model `default` entries removed."""
-    if name == edit_name:
+    """One ConfigMap's data after the policy's edits: each edited ConfigMap gets its settings merged into every
+    entry (a `default` entry is added to the global one); for V1/V2 the queueing-model `default` entries are
+    removed (a queueing default would select the queueing model)."""
+    settings = edits.get(name)
+    if settings is not None:
         entries = dict(data)
         if namespace == global_ns and "default" not in entries:
             entries["default"] = ""
@@ -140,7 +151,7 @@ def _edited(
             key: _dump({**_entry(text, where=f"{namespace}/{name}[{key}]"), **settings})
             for key, text in entries.items()
         }
-    if name == QUEUEING_CM and edit_name == SATURATION_CM:
+    if name == QUEUEING_CM and QUEUEING_CM not in edits:
         return {key: text for key, text in data.items() if key != "default"}
     return dict(data)
 
@@ -165,7 +176,7 @@ def _check_selection(
         raise PolicyError(
             f"policy {policy}: the engine would select {chosen} for {model}, not {POLICY_ANALYZER[policy]}"
         )
-    if policy is Policy.WVA_SLO:
+    if policy in (Policy.WVA_SLO, Policy.WVA_PREDICTIVE):
         queueing, _ = edited.queueing(model)
         if (queueing.target_ttft_ms, queueing.target_itl_ms) != slo:
             raise PolicyError(f"policy {policy}: the engine would use SLO {queueing} for {model}, not {slo}")

@@ -54,7 +54,7 @@ MAX_BINS = 20_160
 """Engine intervals per run (a week at 30 s): bounds the run and the oracle's program."""
 MAX_STEPS = 10_000
 MAX_CONFIGMAPS = 32
-POLICY_NAMES = ("wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static", "oracle")
+POLICY_NAMES = ("wva-v1", "wva-v2", "wva-slo", "wva-predictive", "hpa-kv", "keda-queue", "static", "oracle")
 """`adapter.sim.policies.Policy` (repeated here so the schema does not import the engine)."""
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
@@ -221,7 +221,9 @@ class ScenarioSpec(_Strict):
     )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     engine: EngineSpec = Field(default_factory=EngineSpec)
-    policy: Literal["wva-v1", "wva-v2", "wva-slo", "hpa-kv", "keda-queue", "static", "oracle"] = "wva-v1"
+    policy: Literal["wva-v1", "wva-v2", "wva-slo", "wva-predictive", "hpa-kv", "keda-queue", "static", "oracle"] = (
+        "wva-v1"
+    )
     configmaps: list[ConfigMapSpec] = Field(default_factory=list, max_length=MAX_CONFIGMAPS)
     """The mapping form `{name: data}` (controller namespace) is turned into this list form before validation."""
 

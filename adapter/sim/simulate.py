@@ -45,7 +45,7 @@ from adapter.domain.decision import CycleResult
 from adapter.reconciler.loop import Reconciler
 from adapter.reconciler.ports import MetricsSource
 from adapter.sim.actuators import Actuator, ScheduleActuator, actuator_from_spec
-from adapter.sim.fleet import SimulatedFleet, StartupTime
+from adapter.sim.fleet import FleetConfig, SimulatedFleet, StartupTime
 from adapter.sim.metricspath import SeriesStore
 from adapter.sim.oracle import Demand, OraclePlan, OracleVariant, capacities, demand_bins, plan
 from adapter.sim.pipeline import SimCluster, build_reconciler
@@ -213,6 +213,15 @@ def oracle_bound(scenario: Scenario, seed: int, *, headroom: float = 1.0) -> Ora
     return plan(variants, demand.scaled(headroom) if headroom != 1.0 else demand, capacity)
 
 
+def profiles_of(config: FleetConfig) -> dict[str, dict[str, float]]:
+    """Each accelerator's service parameters as a user would have measured them with a benchmark (the scenario's
+    replica model; the first variant of an accelerator wins): the predictive policy's `acceleratorProfiles`."""
+    out: dict[str, dict[str, float]] = {}
+    for v in config.variants:
+        out.setdefault(v.accelerator, {"alpha": v.perf.alpha_ms, "beta": v.perf.beta_ms, "gamma": v.perf.gamma_ms})
+    return out
+
+
 def startup_quantile_s(startup: StartupTime, quantile: float) -> float:
     """The `quantile` of a variant's lognormal startup time: median · exp(σ · z_q). Example: median 120 s,
     p90 300 s (σ 0.715): q 0.9 ⇒ 300 s; q 0.5 ⇒ 120 s; q 0.99 ⇒ 120 · e^(0.715 · 2.326) = 632 s."""
@@ -265,7 +274,12 @@ class _Loop:
             assert metrics is not None
             slo = scenario.slo
             configmaps = policy_configmaps(
-                scenario.configmaps, policy, model=scenario.model, slo_ttft_ms=slo.ttft_ms, slo_itl_ms=slo.itl_ms
+                scenario.configmaps,
+                policy,
+                model=scenario.model,
+                slo_ttft_ms=slo.ttft_ms,
+                slo_itl_ms=slo.itl_ms,
+                profiles=profiles_of(config),
             )
             cluster = SimCluster(self.fleet, scenario.vas, configmaps, clock=self.clock)
             self.reconciler = build_reconciler(

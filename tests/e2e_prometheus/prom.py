@@ -138,8 +138,25 @@ class PrometheusProcess:
         self._proc.wait(timeout=10)
 
     def freeze(self) -> None:
-        """SIGSTOP: the socket still accepts connections but nothing answers (a hung server)."""
+        """SIGSTOP: the socket still accepts connections but nothing answers (a hung server).
+
+        Returns once every thread is stopped: the signal is delivered asynchronously, and a query sent at once
+        could otherwise still be answered by a thread that had not stopped yet (seen on a loaded machine).
+        """
         self._signal(signal.SIGSTOP)
+        assert self._proc is not None
+        tasks = Path(f"/proc/{self._proc.pid}/task")
+        deadline = time.monotonic() + 5.0
+        states: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+            except OSError:  # a thread ended while listing: look again
+                continue
+            if all(state in ("T", "t") for state in states):
+                return
+            time.sleep(0.01)
+        pytest.fail(f"prometheus did not stop within 5 s of SIGSTOP (thread states {states})")
 
     def thaw(self) -> None:
         self._signal(signal.SIGCONT)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from adapter import __version__
-from adapter.config.configmaps import SATURATION_CM, SCALE_TO_ZERO_CM
+from adapter.config.configmaps import QUEUEING_CM, SATURATION_CM, SCALE_TO_ZERO_CM
 from tests.manifests.render import MANIFESTS, REPO
 
 CHART = REPO / "charts" / "wva-adapter"
@@ -48,6 +48,7 @@ def test_default_analyzer_configmaps_are_the_manifests() -> None:
     }
     assert values["saturation"] == shipped[SATURATION_CM]
     assert values["scaleToZero"] == shipped[SCALE_TO_ZERO_CM]
+    assert values["queueingModel"] == shipped[QUEUEING_CM]
 
 
 def test_chart_versions_follow_the_package() -> None:

@@ -18,19 +18,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from adapter.analyzers import registry
 from adapter.checkconfig import check_files
 from adapter.cli import build_parser
 from adapter.config.configmaps import (
     CONFIGMAP_LABEL,
     DEFAULT_CONTROLLER_NAMESPACE,
+    QUEUEING_CM,
     SATURATION_CM,
     SCALE_TO_ZERO_CM,
     ConfigSet,
+    QueueingConfig,
     SaturationConfig,
     parse_configmap,
 )
 from adapter.config.settings import load
 from adapter.config.va import GROUP, KIND, PLURAL, SCALE_TARGET_KINDS, VERSION, ScaleTargetRef, VASpec, parse_va
+from adapter.domain.decision import AnalyzerName
 from adapter.domain.errors import ManifestError
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import ConditionType, DecisionPath
@@ -986,7 +990,7 @@ def test_certificate_checker_catches(change: tuple[str, str, Any], expected: str
 # ---- default ConfigMaps -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [SATURATION_CM, SCALE_TO_ZERO_CM])
+@pytest.mark.parametrize("name", [SATURATION_CM, SCALE_TO_ZERO_CM, QUEUEING_CM])
 def test_default_configmap_parses(name: str) -> None:
     cm = one(render("manifests"), "ConfigMap", name)
     assert cm["metadata"]["namespace"] == NS
@@ -1003,7 +1007,12 @@ def test_default_configmaps_resolve_to_the_recommended_values() -> None:
     model = ModelKey("llm", "meta/llama-3.1-8b")
     saturation, warnings = configs.saturation(model)
     assert warnings == []
-    assert saturation == SaturationConfig()  # seed 000's recommended thresholds
+    # seed 000's recommended thresholds; the predictive analyzer selected (issue 18: the shipped default)
+    assert saturation == SaturationConfig(analyzer_name="predictive")
+    assert registry.choose(configs, model, saturation).name is AnalyzerName.PREDICTIVE
+    queueing, warnings = configs.queueing(model)
+    assert warnings == []
+    assert queueing == QueueingConfig()  # the shipped values are the defaults, written out to be seen
     stz, _ = configs.scale_to_zero(model)
     assert (stz.enabled, stz.retention_period_s) == (False, 600.0)
 
@@ -1011,7 +1020,7 @@ def test_default_configmaps_resolve_to_the_recommended_values() -> None:
 def test_check_config_accepts_the_default_configmaps() -> None:
     report = check_files([MANIFESTS / "deploy" / "configmaps.yaml"])
     assert report.errors == []
-    assert len(report.ok) == 2
+    assert len(report.ok) == 3
 
 
 # ---- HPA examples -----------------------------------------------------------------------------------------

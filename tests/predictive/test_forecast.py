@@ -29,9 +29,9 @@ def fed(values: list[float] | np.ndarray, *, start_s: float = 0.0, config: Forec
 
 
 def test_worked_example_of_the_module_docstring() -> None:
-    mean = 10 + 1 * (0.9 + 0.81 + 0.729)
-    assert trend_upper(10.0, 1.0, 1.0, 3, CFG.z) == pytest.approx(mean + CFG.z * math.sqrt(3))
-    assert trend_upper(10.0, 1.0, 1.0, 3, CFG.z) == pytest.approx(14.66, abs=0.01)
+    mean = 10 + 1 * (0.95 + 0.9025 + 0.857375)
+    assert trend_upper(10.0, 1.0, 1.0, 3, CFG.z) == pytest.approx(mean + CFG.z * math.sqrt(2))
+    assert trend_upper(10.0, 1.0, 1.0, 3, CFG.z) == pytest.approx(14.52, abs=0.01)
 
 
 @pytest.mark.parametrize(
@@ -197,4 +197,4 @@ def test_json_refuses_what_it_cannot_trust(data: dict[str, object], key: str) ->
 def test_damping_fades_a_trend() -> None:
     assert DAMPING < 1.0
     far = trend_upper(10.0, 1.0, 0.0, 120, CFG.z)
-    assert far == pytest.approx(10.0 + DAMPING / (1 - DAMPING), rel=0.01)  # Σ φ^k → φ/(1−φ) = 9
+    assert far == pytest.approx(10.0 + DAMPING / (1 - DAMPING), rel=0.01)  # Σ φ^k → φ/(1−φ) = 19

@@ -17,9 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_default_policy_is_what_the_shipped_configmaps_select() -> None:
-    """The shipped saturation ConfigMap leaves analyzerName empty and there is no queueing-model default entry:
-    the engine selects the percentage-based analyzer, i.e. wva-v1 (pinned: a change of default shows here)."""
-    assert bench_sim.default_policy() == "wva-v1"
+    """The shipped saturation ConfigMap says `analyzerName: predictive`: the engine selects the predictive
+    analyzer, i.e. wva-predictive (pinned: a change of default shows here)."""
+    assert bench_sim.default_policy() == "wva-predictive"
     scenario = bench_sim.load("steps")
     names = {(ns, name) for ns, name, _ in scenario.configmaps.sources}
     assert names == {(e["namespace"], e["name"]) for e in bench_sim.shipped_configmaps()}

@@ -227,7 +227,7 @@ def test_bucket_rates_are_summed_over_pods_including_a_gone_one() -> None:
     fleet.set_replicas("l4", 2, 600.0)
     fleet.advance(690.0)  # the removed pod is gone, its samples still inside the 300 s window
     assert len(fleet.pods()) == 2
-    assert len(series._series) == 3  # the gone pod's series are still stored
+    assert len(series._series) == 3  # the gone pod's series is still stored
     for query, field in (("ttft_histogram", "ttft_buckets"), ("tpot_histogram", "tpot_buckets")):
         answer = series.answer(query, now_s=690.0, window_s=300.0)
         got = {e["metric"]["le"]: float(e["value"][1]) for e in answer}

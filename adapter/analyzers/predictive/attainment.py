@@ -13,13 +13,21 @@ measured attainment — the fraction of requests within both targets, from vLLM'
 
 Multiplicative (integral in log H), because H is a scale: a 10 % shortfall asks for the same relative change at
 H = 1 and H = 5. Worked example: target 0.99, measured 0.90 ⇒ e = 0.09, g·e = 4·0.09 = 0.36 ⇒ H × e^0.36 =
-×1.43 this cycle. Measured 0.995 ⇒ e = −0.005 ⇒ H × e^(−0.005) = ×0.995: down slowly, up fast.
+×1.43 this cycle. Measured 0.995 ⇒ e = −0.005 ⇒ H × e^(−0.01) = ×0.99: down slowly, up fast.
 
-Anti-windup — the integral holds (neither up nor down) when:
-* there is no evidence: fewer than `MIN_REQUESTS` completions in the window (NaN is not 0 %);
-* capacity is in flight: a replica ordered is not ready yet, or became ready less than half a window ago (the
-  window still holds the time before it, which says nothing about the capacity now);
-and it does not go up while every variant is at its maximum (more headroom would buy nothing).
+Anti-windup — the integral holds when there is no evidence (fewer than `MIN_REQUESTS` completions in the window:
+NaN is not 0 %), and otherwise holds only the move that the state of the fleet could mislead:
+* over target while arrivals are below `MIN_LOAD` of the ready replicas' capacity: no move down (a fleet held
+  at its minimum at night, or sized ahead of a forecast, meets any target; believing it would drive H to its
+  floor before the morning);
+* a replica ordered and not ready yet: no move up (what is coming may be enough);
+* ready capacity grew less than a window ago: no move up (the window still holds the shortfall before it);
+* ready capacity shrank less than half a window ago: no move down (the window still holds the surplus before it);
+* every variant at its maximum: no move up (more headroom would buy nothing);
+* the last three moves up gained less than two points of attainment: no move up (the misses are not for want of
+  capacity; an unreachable target would otherwise buy the maximum fleet).
+A move the other way is safe in each case — a window measured with *less* capacity than now that still meets the
+target says the capacity now is more than enough — so a fleet growing with its load still learns it is too big.
 """
 
 from __future__ import annotations
@@ -30,11 +38,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 G_UP = 4.0
-G_DOWN = 1.0
+G_DOWN = 2.0
 MAX_STEP_UP = 0.4
 MAX_STEP_DOWN = 0.1
 MIN_REQUESTS = 50.0
-H_MIN = 0.5
+FUTILE_RAISES = 3
+FUTILE_GAIN = 0.02
+"""Three raises of the headroom (each after the capacity it bought was in place) that moved attainment by less
+than two points say the misses are not for want of capacity (a TTFT target below the prefill of the longest
+prompts, say): further raises are held, so an unreachable target does not buy the maximum fleet."""
+MIN_LOAD = 0.7
+"""Below this arrival rate / capacity, the fleet is sized by its minimum, by rounding or ahead of a forecast,
+not by the model at full load: that it meets the target says nothing about how much less headroom would do."""
+H_MIN = 1.0
+"""Never more per replica than the tail-tightened model says: a fleet meets any target below full load, so
+evidence for *less* headroom than the model would have to come from the very peaks that violate it."""
 H_MAX = 12.0
 
 
@@ -47,7 +65,11 @@ class Controller:
     hold: str = ""
     """Why the integral held this cycle ("" when it moved)."""
     settled_since_s: float | None = None
-    """When the model's ready capacity last stopped changing (anti-windup)."""
+    """When the model's ready capacity last changed (anti-windup)."""
+    change: int = 0
+    """The sign of that change: +1 grew, −1 shrank, 0 never changed."""
+    raises: tuple[float, ...] = ()
+    """The attainment measured at each of the last `FUTILE_RAISES` moves up (cleared by a move down)."""
 
     def update(
         self,
@@ -58,31 +80,51 @@ class Controller:
         window_s: float,
         in_flight: bool,
         at_max: bool,
-        capacity_changed: bool,
+        capacity_change: int,
+        load: float,
         now_s: float,
     ) -> Controller:
         """One cycle (module docstring). `completions`: requests finished in the window; `in_flight`: a replica
-        is ordered and not ready; `capacity_changed`: the ready replicas differ from the last cycle's."""
-        settled = now_s if capacity_changed or self.settled_since_s is None else self.settled_since_s
-        state = replace(self, last_measured=measured, settled_since_s=settled)
+        is ordered and not ready; `capacity_change`: the sign of the change of ready capacity since the last
+        cycle (0: none); `load`: the arrival rate / the ready replicas' capacity at the current headroom."""
+        if capacity_change or self.settled_since_s is None:
+            state = replace(self, settled_since_s=now_s, change=(capacity_change > 0) - (capacity_change < 0))
+        else:
+            state = self
+        state = replace(state, last_measured=measured)
         if measured is None or not math.isfinite(measured) or completions < MIN_REQUESTS:
             return replace(state, hold="no evidence (too few requests in the window)")
-        if in_flight:
-            return replace(state, hold="capacity in flight")
-        if now_s - settled < window_s / 2:
-            return replace(state, hold="capacity changed within half a window")
         error = target - measured
-        if error > 0 and at_max:
-            return replace(state, hold="every variant at its maximum")
+        since = now_s - state.settled_since_s if state.settled_since_s is not None else math.inf
+        if error > 0:
+            if in_flight:
+                return replace(state, hold="short, but capacity is in flight")
+            if since < window_s and state.change > 0:
+                return replace(state, hold="short, but capacity grew within the window")
+            if at_max:
+                return replace(state, hold="short, but every variant at its maximum")
+            if len(state.raises) >= FUTILE_RAISES and measured - state.raises[0] < FUTILE_GAIN:
+                return replace(
+                    state,
+                    hold=f"short, but the last {FUTILE_RAISES} raises moved attainment only from "
+                    f"{state.raises[0]:.1%} to {measured:.1%}: more capacity is not what is missing",
+                )
+        elif error < 0 and load < MIN_LOAD:
+            return replace(state, hold=f"over target, but the fleet is not loaded (arrivals {load:.0%} of capacity)")
+        elif error < 0 and since < window_s / 2 and state.change < 0:
+            return replace(state, hold="over target, but capacity shrank within half a window")
         step = max(-MAX_STEP_DOWN, min(MAX_STEP_UP, (G_UP if error > 0 else G_DOWN) * error))
         headroom = min(H_MAX, max(H_MIN, self.headroom * math.exp(step)))
-        return replace(state, headroom=headroom, hold="")
+        raises = (*state.raises, measured)[-FUTILE_RAISES:] if headroom > self.headroom else ()
+        return replace(state, headroom=headroom, hold="", raises=raises)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "headroom": round(self.headroom, 6),
             "lastMeasured": None if self.last_measured is None else round(self.last_measured, 6),
             "settledSinceS": self.settled_since_s,
+            "change": self.change,
+            "raises": [round(x, 6) for x in self.raises],
         }
 
     @classmethod
@@ -98,9 +140,19 @@ class Controller:
         settled = data.get("settledSinceS")
         if settled is not None and (isinstance(settled, bool) or not isinstance(settled, int | float)):
             raise ValueError(f"controller.settledSinceS: expected a number or null, got {settled!r}")
+        change = data.get("change", 0)
+        if change not in (-1, 0, 1) or isinstance(change, bool):
+            raise ValueError(f"controller.change: expected -1, 0 or 1, got {change!r}")
+        raises = data.get("raises", [])
+        if not isinstance(raises, list) or not all(
+            not isinstance(x, bool) and isinstance(x, int | float) and 0 <= x <= 1 for x in raises
+        ):
+            raise ValueError(f"controller.raises: expected a list of fractions, got {raises!r}")
         return cls(
             float(headroom),
             None if measured is None else float(measured),
             "",
             None if settled is None else float(settled),
+            int(change),
+            tuple(float(x) for x in raises[-FUTILE_RAISES:]),
         )

@@ -36,6 +36,7 @@ from adapter.analyzers.queueing.model import BeyondModel, InvalidInput, QueueMod
 from adapter.domain.errors import ModelError
 
 DEFAULT_ITL_CV = 0.25
+MIN_USEFUL_UTILISATION = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +67,15 @@ def tightened(
 
 
 def per_replica_rps(params: ServiceParams, size: RequestSize, max_batch: int, targets: Targets) -> float:
-    """λ* of one replica at `targets` (req/s); 0 when no rate meets them (the variant cannot serve this SLO)."""
+    """λ* of one replica at `targets` (req/s); 0 when no rate meets them, or only a rate below
+    `MIN_USEFUL_UTILISATION` of the replica's throughput: such a variant serves this SLO only nearly idle, every
+    replica of it a waste beside a variant that can (an L4 with α 55 ms under a 100-ms ITL target)."""
     try:
         model = QueueModel(params, size, max_batch=max(1, max_batch))
-        return float(model.max_rate(targets.ttft_ms, targets.itl_ms).rate_rps)
+        rate = float(model.max_rate(targets.ttft_ms, targets.itl_ms).rate_rps)
     except (BeyondModel, InvalidInput, ModelError):
         return 0.0
+    return rate if rate >= MIN_USEFUL_UTILISATION * model.rate_range_rps.max_rps else 0.0
 
 
 def chunk_ms(params: ServiceParams, chunk_tokens: int) -> float:

@@ -15,12 +15,15 @@ are kept (4 h at 30 s). The grid is what a restart or fail-over persists (`to_js
     slope'  = b·(level' − level) + (1 − b)·φ·slope
     mean(k) = level' + slope'·(φ + φ² + … + φᵏ)                     (k steps ahead)
 
-with a = 0.5, b = 0.2, φ = 0.9 (a trend fades over ~10 steps: a 5-minute ramp is followed, noise is not
-extrapolated far). One-step errors e = y − (level + φ·slope) feed an exponentially weighted variance σ²
-(weight 0.1), and the upper quantile k steps ahead is mean(k) + z_q·σ·√k (z_0.9 = 1.2816).
+with a = 0.5, b = 0.2, φ = 0.95 (a trend fades over ~20 steps: a 5-minute ramp is followed, noise is not
+extrapolated far). σ is robust: 1.4826 × the median absolute one-step error e = y − (level + φ·slope) over the
+last 40 steps (`robust_sigma`; an exponentially weighted variance, weight 0.1, until 8 errors exist), so a burst
+— two huge errors — does not widen the forecast for the next half-hour; the periodic part and the attainment
+controller answer for bursts. The upper quantile k steps ahead is mean(k) + z_q·σ·√(1 + (k − 1)/2) (z_0.9 =
+1.2816; the spread of a rate over 1-minute windows grows slower than a random walk's √k).
 
-Worked example: level 10, slope 1 req/s per step, φ 0.9, σ 1, z 1.2816. Three steps ahead:
-mean = 10 + 1·(0.9 + 0.81 + 0.729) = 12.44; upper = 12.44 + 1.2816·1·√3 = 14.66 req/s.
+Worked example: level 10, slope 1 req/s per step, φ 0.95, σ 1, z 1.2816. Three steps ahead:
+mean = 10 + 1·(0.95 + 0.9025 + 0.857375) = 12.71; upper = 12.71 + 1.2816·1·√2 = 14.52 req/s.
 
 **Period.** Every `detect_every` steps the history is searched for a period P (in steps): the lag with the
 highest Pearson correlation between the series, less its least-squares line (so that a trend is not mistaken
@@ -52,9 +55,16 @@ import numpy as np
 
 LEVEL_GAIN = 0.5
 SLOPE_GAIN = 0.2
-DAMPING = 0.9
+DAMPING = 0.95
 ERROR_WEIGHT = 0.1
 SEASONAL_CYCLES = 3
+SPREAD_GROWTH = 2.0
+"""The spread grows as √(1 + (k − 1)/2), not √k: a request rate over 1-minute windows wanders less than a random
+walk; chosen on the development scenarios (tests/bench_forecast.py --set dev), narrower on traces, no worse on
+ramps."""
+ERROR_WINDOW = 40
+"""One-step errors kept for the robust σ (20 minutes at 30 s)."""
+MIN_ERRORS = 8
 MIN_DIP = 0.3
 """A period's correlation peak must stand this far above the lowest correlation at a shorter lag."""
 STRONG_CORRELATION = 0.9
@@ -134,6 +144,8 @@ class Forecaster:
     """Per step."""
     variance: float = 0.0
     """The trend state (level, slope, one-step error variance) over every step but the last."""
+    errors: tuple[float, ...] = ()
+    """The last `ERROR_WINDOW` one-step errors (their median absolute value is the robust σ)."""
     period_steps: int | None = None
     since_detect: int = 0
 
@@ -160,12 +172,16 @@ class Forecaster:
             return self  # an observation from the past (clock skew across a fail-over): ignored
         values = list(self.values)
         state = (self.level, self.slope, self.variance)
+        errors = list(self.errors)
         if steps == 0:
             values[-1] = rate_rps  # same step: the newer reading wins
         else:
+            if len(values) > 1:
+                errors.append(_error(state, values[-1]))
             state = self._fold(state, values[-1], len(values))
             for _ in range(steps - 1):  # skipped steps: the last value held
                 values.append(values[-1])
+                errors.append(_error(state, values[-1]))
                 state = _holt(state, values[-1])
             values.append(rate_rps)
         start_s = self.start_s
@@ -181,6 +197,7 @@ class Forecaster:
             level=level,
             slope=slope,
             variance=variance,
+            errors=tuple(errors[-ERROR_WINDOW:]),
             since_detect=self.since_detect + max(steps, 0),
         )
         if out.since_detect >= cfg.detect_every:
@@ -205,7 +222,7 @@ class Forecaster:
         offset = max(0, math.floor((now_s - last_s) / cfg.step_s + 0.5))  # steps since the last observation
         horizon = offset + max(0, math.ceil(max(lead_s, 0.0) / cfg.step_s))
         level, slope, variance = self._fold((self.level, self.slope, self.variance), current, len(self.values))
-        sigma = math.sqrt(max(variance, 0.0))
+        sigma = robust_sigma(self.errors, variance)
         ahead = range(max(offset, 1), horizon + 1)
         trend = max([current, *(trend_upper(level, slope, sigma, k, cfg.z) for k in ahead)])
         seasonal = self._seasonal(offset, horizon)
@@ -253,6 +270,7 @@ class Forecaster:
             "level": float(f"{self.level:.6g}"),
             "slope": float(f"{self.slope:.6g}"),
             "variance": float(f"{self.variance:.6g}"),
+            "errors": [float(f"{e:.5g}") for e in self.errors],
             "periodSteps": self.period_steps,
         }
 
@@ -271,6 +289,11 @@ class Forecaster:
             raise ValueError("forecast.values: expected a list of finite numbers >= 0")
         if len(values) > config.max_points:
             values = values[-config.max_points :]
+        errors = data.get("errors", [])
+        if not isinstance(errors, list) or not all(
+            not isinstance(e, bool) and isinstance(e, int | float) and math.isfinite(e) for e in errors
+        ):
+            raise ValueError("forecast.errors: expected a list of finite numbers")
         period = data.get("periodSteps")
         if period is not None and (isinstance(period, bool) or not isinstance(period, int) or period < 2):
             raise ValueError(f"forecast.periodSteps: expected an integer >= 2 or null, got {period!r}")
@@ -283,25 +306,42 @@ class Forecaster:
             level=_number(data, "level"),
             slope=_number(data, "slope", signed=True),
             variance=_number(data, "variance"),
+            errors=tuple(float(e) for e in errors[-ERROR_WINDOW:]),
             period_steps=period,
         )
 
 
 def trend_upper(level: float, slope: float, sigma: float, k: int, z: float) -> float:
-    """The trend's upper quantile k steps ahead: level + slope·(φ + … + φᵏ) + z·σ·√k (module docstring)."""
+    """The trend's upper quantile k steps ahead: level + slope·(φ + … + φᵏ) + z·σ·√(1 + (k − 1)/2) (module
+    docstring)."""
     damped = DAMPING * (1.0 - DAMPING**k) / (1.0 - DAMPING)
-    return level + slope * damped + z * sigma * math.sqrt(k)
+    return level + slope * damped + z * sigma * math.sqrt(1.0 + (k - 1) / SPREAD_GROWTH)
 
 
 def _holt(state: tuple[float, float, float], y: float) -> tuple[float, float, float]:
     """One step of the damped Holt recursion and the error variance (module docstring)."""
     level, slope, variance = state
-    predicted = level + DAMPING * slope
-    error = y - predicted
-    new_level = LEVEL_GAIN * y + (1.0 - LEVEL_GAIN) * predicted
+    error = y - (level + DAMPING * slope)
+    new_level = LEVEL_GAIN * y + (1.0 - LEVEL_GAIN) * (level + DAMPING * slope)
     new_slope = SLOPE_GAIN * (new_level - level) + (1.0 - SLOPE_GAIN) * DAMPING * slope
     new_variance = (1.0 - ERROR_WEIGHT) * variance + ERROR_WEIGHT * error * error
     return new_level, new_slope, new_variance
+
+
+def _error(state: tuple[float, float, float], y: float) -> float:
+    """The one-step error of the state's prediction for `y`."""
+    level, slope, _ = state
+    return y - (level + DAMPING * slope)
+
+
+def robust_sigma(errors: tuple[float, ...], variance: float) -> float:
+    """1.4826 · median |e| of the recent one-step errors (σ of a normal with that median absolute deviation): a
+    burst's two large errors do not inflate it for the next half-hour as they would a squared-error average. With
+    fewer than `MIN_ERRORS` errors, the exponentially weighted variance's √ instead.
+    Example: errors −1, 0.5, 2, −0.5, 30 (a burst) ⇒ median |e| = 1 ⇒ σ = 1.48 (the EWMA would say ~9)."""
+    if len(errors) < MIN_ERRORS:
+        return math.sqrt(max(variance, 0.0))
+    return 1.4826 * float(np.median(np.abs(np.asarray(errors))))
 
 
 def detect_period(values: np.ndarray, config: ForecastConfig) -> int | None:

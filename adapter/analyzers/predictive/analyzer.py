@@ -1,0 +1,645 @@
+"""The predictive, attainment-aware analyzer (issue 18): capacity for the demand a startup ahead, sized for the
+per-request SLO and corrected by the attainment actually delivered.
+
+Per model, each cycle (read from the top):
+
+    Predictive.analyze
+      restore           the model's state (forecaster, controller, request size, startup samples) from memory,
+                        else from VA status (`learned.predictive`, the newest copy among its VAs); each variant's
+                        (α, β, γ) filter from memory, else `learned.queueingModel` (shared with the plain queueing
+                        model, so switching analyzers keeps what was learned)
+      measure
+        1. workload.observe   Σλ (arrival rate of the busy pods) and the arrival-weighted request size
+        2. ekf.learn          each variant without a profile: its filter takes one observation per busy pod
+        3. backlog            B = Σ waiting requests of the pods + the EPP queue
+        4. forecast           the forecaster takes Σλ; its peak over [now, now + lead] (forecast.py), lead = the
+                              largest p90 startup of the model's variants (learned from their pods, else
+                              `startupTime`)
+        5. demand             D = max(Σλ, forecast peak) + B / backlogDrainTime                     (req/s)
+        6. headroom           the controller (attainment.py) compares the attainment the latency histograms show
+                              with `sloAttainmentTarget` and moves H
+        7. capacity           per variant c_v = λ*(tightened targets) / H (capacity.py), with its accelerator's
+                              profile (`acceleratorProfiles`), else its learned parameters, else unknown (a
+                              zero-capacity placeholder: never chosen)
+        8. signal             supply = Σ ready_v·c_v, anticipated = Σ current_v·c_v
+                              required = max(0, D − anticipated)
+                              spare    = max(0, supply − D·(1 + SPARE_MARGIN))
+
+Worked example: Σλ = 10 req/s, the forecast peak over 300 s 14 req/s, 30 requests waiting, drain 60 s ⇒
+D = 14 + 0.5 = 14.5 req/s. One A100 with λ*(tightened) = 7.4 req/s and H = 1.2 ⇒ c = 6.17 req/s; 2 replicas
+running ⇒ anticipated 12.3 ⇒ required 2.2 req/s ⇒ the allocation step adds ceil(2.2 / 6.17) = 1 replica.
+
+The demand comes from arrivals and the backlog, never from what is served: an overloaded model whose pods
+complete less than arrives still shows its arrival rate and a growing queue, so it is sized for both within one
+cycle. Scale-down needs the demand to fit with `SPARE_MARGIN` to spare *and* covers the forecast over a startup:
+a replica the forecast needs back before a new one could start is kept. A variant at zero replicas has the
+capacity its profile (or remembered filter) gives it, so the allocation step can start it when it is the
+cheaper way to meet the SLO.
+
+Advice (prefill-heavy traffic): when one prefill chunk (`--max-num-batched-tokens` × β + α) alone exceeds the ITL
+target, the analysis, the decision's notes and the OptimizationReady condition say so.
+
+`analysis` (replay, explain): `slo`, `demand{arrival_rps, backlog, backlog_rps, forecast{…}, lead_s, demand_rps}`,
+`headroom{value, measured_attainment, target, hold}`, per variant `alpha, beta, gamma, params_source,
+max_rps_per_replica` (λ* at the tightened targets), `capacity_rps` (÷ H), `startup_p90_s`, `advice`, and the
+model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_capacity`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from adapter.analyzers import memory as state_json
+from adapter.analyzers.predictive.attainment import Controller
+from adapter.analyzers.predictive.capacity import Targets, chunk_advice, per_replica_rps, tightened
+from adapter.analyzers.predictive.forecast import ForecastConfig, Forecaster
+from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
+from adapter.analyzers.queueing import ekf
+from adapter.analyzers.queueing.analyzer import LEARNED_SECTION as FILTER_SECTION
+from adapter.analyzers.queueing.model import RequestSize, ServiceParams
+from adapter.analyzers.queueing.slo import Slo, resolve_slo
+from adapter.analyzers.queueing.workload import Observed, observe, usable
+from adapter.config.configmaps import QueueingConfig
+from adapter.domain.accelerators import normalize_accelerator
+from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply, supply_of
+from adapter.domain.decision import AnalyzerName
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import ModelTraffic, VariantView
+
+LEARNED_SECTION = "predictive"
+"""The `status.learned` section holding the model's forecaster, controller and startup samples."""
+LABEL = "predictive"
+SPARE_MARGIN = 0.10
+"""Scale-down only when the demand fits with this share to spare (hysteresis against flapping)."""
+STARTUP_SAMPLES = 20
+"""Startup durations remembered per variant (their p90 is the variant's lead)."""
+ENGINE_STEP_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    """One model's memory (module docstring)."""
+
+    forecaster: Forecaster
+    controller: Controller = field(default_factory=Controller)
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    ready: Mapping[str, int] = field(default_factory=dict)
+    """Ready replicas per variant last cycle (did capacity change?)."""
+    startup_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    saved_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "savedS": self.saved_s,
+            "forecast": self.forecaster.to_json(),
+            "controller": self.controller.to_json(),
+            "inputTokens": round(self.input_tokens, 3),
+            "outputTokens": round(self.output_tokens, 3),
+            "ready": dict(sorted(self.ready.items())),
+            "startupS": {k: [round(x, 3) for x in v] for k, v in sorted(self.startup_s.items())},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, config: ForecastConfig) -> ModelState:
+        """Strict: ValueError naming the field when `doc` is not what `to_json` writes."""
+        if not isinstance(doc, dict):
+            raise ValueError("predictive: expected an object")
+        forecaster = Forecaster.from_json(doc.get("forecast") or {}, config)
+        controller = Controller.from_json(doc.get("controller") or {})
+        ready = doc.get("ready", {})
+        if not isinstance(ready, dict) or not all(type(v) is int and v >= 0 for v in ready.values()):
+            raise ValueError("predictive.ready: expected {variant: replicas}")
+        startup = doc.get("startupS", {})
+        if not isinstance(startup, dict) or not all(
+            isinstance(v, list) and all(_finite(x) and x >= 0 for x in v) for v in startup.values()
+        ):
+            raise ValueError("predictive.startupS: expected {variant: [seconds]}")
+        sizes = [doc.get("inputTokens", 0.0), doc.get("outputTokens", 0.0), doc.get("savedS", 0.0)]
+        if not all(_finite(x) and x >= 0 for x in sizes):
+            raise ValueError("predictive.inputTokens/outputTokens/savedS: expected finite numbers >= 0")
+        return cls(
+            forecaster,
+            controller,
+            float(sizes[0]),
+            float(sizes[1]),
+            {str(k): int(v) for k, v in ready.items()},
+            {str(k): tuple(float(x) for x in v[-STARTUP_SAMPLES:]) for k, v in startup.items()},
+            float(sizes[2]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PredictiveMemory:
+    """The analyzer's memory: every model's state and every variant's filter."""
+
+    models: Mapping[ModelKey, ModelState] = field(default_factory=dict)
+    filters: Mapping[VariantKey, ekf.FilterState] = field(default_factory=dict)
+    variants: Mapping[ModelKey, frozenset[str]] = field(default_factory=dict)
+    """The VAs of each remembered model (a model is forgotten when none of them is decided)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryKeeper:
+    """`Memory` of the predictive analyzer. JSON (`engine_state.predictive`):
+    {"models": {"ns/model": {...ModelState, "variants": [...]}}, "filters": {"ns/va": FilterState}}."""
+
+    section: str = "predictive"
+
+    def empty(self) -> PredictiveMemory:
+        return PredictiveMemory()
+
+    def next(
+        self,
+        previous: PredictiveMemory,
+        updates: Sequence[PredictiveMemory],
+        *,
+        decided: AbstractSet[VariantKey],
+        now_s: float,
+    ) -> PredictiveMemory:
+        del now_s
+        models = dict(previous.models)
+        variants = dict(previous.variants)
+        filters = {k: v for k, v in previous.filters.items() if k in decided}
+        for update in updates:
+            models.update(update.models)
+            variants.update(update.variants)
+            filters.update(update.filters)
+        keep = {m for m, names in variants.items() if any(VariantKey(m.namespace, name) in decided for name in names)}
+        return PredictiveMemory(
+            {m: s for m, s in models.items() if m in keep},
+            filters,
+            {m: v for m, v in variants.items() if m in keep},
+        )
+
+    def to_json(self, memory: PredictiveMemory) -> dict[str, Any]:
+        return {
+            "models": {
+                _model_text(m): {**state.to_json(), "variants": sorted(memory.variants.get(m, ()))}
+                for m, state in sorted(memory.models.items())
+            },
+            "filters": {str(k): f.to_json() for k, f in sorted(memory.filters.items())},
+        }
+
+    def from_json(self, doc: Any, path: str) -> PredictiveMemory:
+        root = state_json.obj(doc, path, {"models", "filters"})
+        models: dict[ModelKey, ModelState] = {}
+        variants: dict[ModelKey, frozenset[str]] = {}
+        for key, raw in state_json.obj(root.get("models", {}), f"{path}.models").items():
+            where = f"{path}.models[{key[:60]!r}]"
+            namespace, sep, model_id = key.partition("/")
+            if not sep or not namespace or not model_id:
+                raise state_json.StateFormatError(where, "key must be 'namespace/modelID'")
+            entry = state_json.obj(raw, where)
+            names = entry.get("variants")
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise state_json.StateFormatError(f"{where}.variants", "must be a list of VA names")
+            try:
+                state = ModelState.from_json({k: v for k, v in entry.items() if k != "variants"}, ForecastConfig())
+            except ValueError as exc:
+                raise state_json.StateFormatError(where, str(exc)[:160]) from None
+            models[ModelKey(namespace, model_id)] = state
+            variants[ModelKey(namespace, model_id)] = frozenset(names)
+        filters: dict[VariantKey, ekf.FilterState] = {}
+        for key, raw in state_json.obj(root.get("filters", {}), f"{path}.filters").items():
+            try:
+                filters[state_json.variant_key(key, path)] = ekf.FilterState.from_json(raw)
+            except ValueError as exc:
+                raise state_json.StateFormatError(f"{path}.filters[{key[:60]!r}]", str(exc)[:160]) from None
+        return PredictiveMemory(models, filters, variants)
+
+
+@dataclass(frozen=True, slots=True)
+class Predictive:
+    """The predictive analyzer as the engine calls it (adapter.analyzers.protocol)."""
+
+    name: AnalyzerName = AnalyzerName.PREDICTIVE
+    step_s: float = ENGINE_STEP_S
+
+    @property
+    def memory(self) -> MemoryKeeper:
+        return MemoryKeeper()
+
+    def configure(self, model: ModelInput) -> tuple[QueueingConfig, tuple[str, ...]]:
+        """The model's `wva-queueing-model-config` entry (SLO targets and the predictive settings), and the
+        saturation ConfigMap's problems for this model (it selected the analyzer)."""
+        cfg, warnings = model.configmaps.queueing(model.model)
+        return cfg, (*model.saturation_warnings, *warnings)
+
+    def analyze(
+        self, model: ModelInput, config: QueueingConfig, memory: PredictiveMemory, now_s: float
+    ) -> Analysis[PredictiveMemory]:
+        forecast_cfg = ForecastConfig(step_s=self.step_s, quantile=config.forecast_quantile)
+        state, filters, notes = _restore(model, memory, forecast_cfg)
+        cycle = _measure(model, config, state, filters, now_s)
+        notes.extend(cycle.notes)
+        names = frozenset(v.key.name for v in model.views)
+        update = PredictiveMemory(
+            {model.model: cycle.state},
+            {VariantKey(model.model.namespace, n): f for n, f in cycle.filters.items()},
+            {model.model: names},
+        )
+        shared = cycle.state.to_json()
+        persist = {
+            v.key.name: {
+                LEARNED_SECTION: shared,
+                **({FILTER_SECTION: cycle.filters[v.key.name].to_json()} if v.key.name in cycle.filters else {}),
+            }
+            for v in model.views
+        }
+        if cycle.signal is None:
+            return Analysis.unmeasured(
+                cycle.reason, figures=cycle.figures, notes=tuple(notes), memory=update, learned=persist
+            )
+        wording = CapacityWording(LABEL, cycle.signal, condition_prefix=cycle.advice)
+        return Analysis.measured(
+            cycle.signal, wording, notes=(*notes, *cycle.signal.notes), memory=update, learned=persist
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    state: ModelState
+    filters: Mapping[str, ekf.FilterState]
+    signal: CapacitySignal | None
+    figures: Mapping[str, Any]
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+    advice: str = ""
+
+
+def _restore(
+    model: ModelInput, memory: PredictiveMemory, forecast_cfg: ForecastConfig
+) -> tuple[ModelState, dict[str, ekf.FilterState], list[str]]:
+    """Memory first; else what a previous leader persisted in VA status (the newest copy of the model state)."""
+    notes: list[str] = []
+    state = memory.models.get(model.model)
+    if state is not None and state.forecaster.config != forecast_cfg:
+        state = replace(state, forecaster=replace(state.forecaster, config=forecast_cfg))
+    if state is None:
+        best: ModelState | None = None
+        for view in model.views:
+            raw = view.status.learned.get(LEARNED_SECTION)
+            if raw is None:
+                continue
+            try:
+                restored = ModelState.from_json(raw, forecast_cfg)
+            except ValueError as exc:
+                notes.append(f"{view.key.name}: persisted predictive state unreadable ({str(exc)[:120]}); afresh")
+                continue
+            if best is None or restored.saved_s > best.saved_s:
+                best = restored
+        state = best or ModelState(Forecaster(forecast_cfg))
+    filters: dict[str, ekf.FilterState] = {}
+    for view in model.views:
+        remembered = memory.filters.get(view.key)
+        if remembered is None and FILTER_SECTION in view.status.learned:
+            try:
+                remembered = ekf.FilterState.from_json(view.status.learned[FILTER_SECTION])
+            except ValueError as exc:
+                notes.append(f"{view.key.name}: persisted filter state unreadable ({str(exc)[:120]}); learning afresh")
+        if remembered is not None:
+            filters[view.key.name] = remembered
+    return state, filters, notes
+
+
+def _measure(
+    model: ModelInput,
+    cfg: QueueingConfig,
+    state: ModelState,
+    filters: Mapping[str, ekf.FilterState],
+    now_s: float,
+) -> _Cycle:
+    """Steps 1–8 of the module docstring for one model."""
+    views = model.views
+    observed = observe(views, model.pods)
+    learned, notes = _learn(views, observed, filters, cfg=cfg, now_s=now_s)
+    size = _size(observed.model.input_tokens, observed.model.output_tokens, state)
+    startup = _startup_samples(views, state)
+    leads = {v.key.name: _lead_s(startup.get(v.key.name, ()), cfg) for v in views}
+    demand = _demand(model, observed, state.forecaster, cfg, lead_s=max(leads.values(), default=0.0), now_s=now_s)
+    params = {v.key.name: _params(v, learned, cfg) for v in views}
+    slo = resolve_slo(cfg, [p for p, _ in params.values() if p is not None], observed.model)
+    ready = {v.key.name: (v.target.ready_replicas if v.target else 0) for v in views}
+    ready_before = state.ready
+    state = replace(
+        state,
+        forecaster=demand.forecaster,
+        input_tokens=size.input_tokens if size else state.input_tokens,
+        output_tokens=size.output_tokens if size else state.output_tokens,
+        ready=ready,
+        startup_s=startup,
+        saved_s=now_s,
+    )
+    if slo is None:
+        reason = "no SLO targets: none configured, no learned parameters and no observed TTFT/ITL"
+        return _Cycle(state, learned, None, {"demand": demand.figures}, reason, tuple(notes))
+    if size is None:
+        reason = "no request size known yet (no busy pod has reported avg input/output tokens)"
+        return _Cycle(state, learned, None, {"slo": slo.to_json(), "demand": demand.figures}, reason, tuple(notes))
+    at_slo = {
+        v.key.name: _at_slo(params[v.key.name][0], slo, size, observed.variants[v.key.name].max_batch, cfg)
+        for v in views
+    }
+    measured, completions = _attainment(model.traffic, slo)
+    controller = state.controller.update(
+        target=cfg.slo_attainment_target,
+        measured=measured,
+        completions=completions,
+        window_s=_window_s(model.traffic),
+        in_flight=any(v.target is not None and v.target.pending_replicas > 0 for v in views),
+        at_max=all(
+            (v.target.replicas if v.target else 0) >= v.spec.max_replicas for v in views if at_slo[v.key.name] > 0
+        ),
+        capacity_change=_change(ready, ready_before),
+        load=_load(demand.arrival, ready, at_slo, state.controller.headroom),
+        now_s=now_s,
+    )
+    state = replace(state, controller=controller)
+    variants, per_variant, advice = _supply(
+        model,
+        observed,
+        params=params,
+        at_slo=at_slo,
+        slo=slo,
+        headroom=controller.headroom,
+        leads=leads,
+        notes=notes,
+    )
+    figures: dict[str, Any] = {
+        "slo": slo.to_json(),
+        "demand": demand.figures,
+        "headroom": {
+            "value": round(controller.headroom, 4),
+            "measured_attainment": None if controller.last_measured is None else round(controller.last_measured, 6),
+            "completions_in_window": round(completions, 1),
+            "target": cfg.slo_attainment_target,
+            "hold": controller.hold,
+        },
+        "variants": per_variant,
+        "advice": advice,
+    }
+    if not any(v.per_replica_capacity > 0 for v in variants):
+        reason = "no variant's capacity at the SLO is known: " + "; ".join(notes[:3])
+        return _Cycle(state, learned, None, figures, reason[:400], tuple(notes))
+    supply = sum(v.ready_replicas * v.per_replica_capacity for v in variants)
+    anticipated = sum(v.current_replicas * v.per_replica_capacity for v in variants)
+    required = max(0.0, demand.demand_rps - anticipated)
+    spare = max(0.0, supply - demand.demand_rps * (1.0 + SPARE_MARGIN))
+    figures |= {
+        "total_arrival_rps": round(demand.arrival, 6),
+        "total_supply_rps": round(supply, 6),
+        "required_capacity": round(required, 6),
+        "spare_capacity": round(spare, 6),
+    }
+    signal = CapacitySignal(
+        model=model.model,
+        analyzer=AnalyzerName.PREDICTIVE,
+        unit=CapacityUnit.REQUESTS_PER_S,
+        required=required,
+        spare=spare,
+        variants=tuple(variants),
+        priority=model.saturation.priority,
+        analysis=figures,
+        notes=(*notes, *advice),
+    )
+    advice_text = f"advice: {advice[0]}" if advice else ""
+    return _Cycle(state, learned, signal, figures, notes=(), advice=advice_text[:300])
+
+
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    arrival: float
+    demand_rps: float
+    forecaster: Forecaster
+    figures: Mapping[str, Any]
+
+
+def _demand(
+    model: ModelInput,
+    observed: Observed,
+    forecaster: Forecaster,
+    cfg: QueueingConfig,
+    *,
+    lead_s: float,
+    now_s: float,
+) -> _Demand:
+    """Steps 3–5: arrivals, their forecast over the lead, and the backlog to drain (req/s)."""
+    arrival = observed.model.total_arrival_rps
+    backlog = _backlog(model)
+    forecaster = forecaster.observe(now_s, arrival)
+    forecast = forecaster.peak(now_s, lead_s or cfg.startup_time_s)
+    backlog_rps = backlog / cfg.backlog_drain_time_s
+    demand = max(arrival, forecast.peak_rps) + backlog_rps
+    figures = {
+        "arrival_rps": round(arrival, 6),
+        "backlog": round(backlog, 3),
+        "backlog_rps": round(backlog_rps, 6),
+        "forecast": forecast.as_dict(),
+        "lead_s": round(lead_s or cfg.startup_time_s, 3),
+        "demand_rps": round(demand, 6),
+    }
+    return _Demand(arrival, demand, forecaster, figures)
+
+
+def _load(arrival: float, ready: Mapping[str, int], at_slo: Mapping[str, float], headroom: float) -> float:
+    """Arrivals / the ready replicas' capacity at the current headroom (the controller's anti-windup)."""
+    capacity = sum(ready.get(name, 0) * rate for name, rate in at_slo.items()) / max(headroom, 1e-9)
+    return arrival / capacity if capacity > 0 else math.inf
+
+
+def _supply(
+    model: ModelInput,
+    observed: Observed,
+    *,
+    params: Mapping[str, tuple[ServiceParams | None, str]],
+    at_slo: Mapping[str, float],
+    slo: Slo,
+    headroom: float,
+    leads: Mapping[str, float],
+    notes: list[str],
+) -> tuple[list[VariantSupply], dict[str, dict[str, Any]], list[str]]:
+    """Step 7: each variant's capacity per replica (λ* at the tightened targets ÷ H), its figures, and the
+    prefill-chunk advice; a note per variant whose capacity is unknown."""
+    variants: list[VariantSupply] = []
+    per_variant: dict[str, dict[str, Any]] = {}
+    advice: list[str] = []
+    for view in model.views:
+        name = view.key.name
+        p, source = params[name]
+        rate = at_slo[name]
+        if p is None:
+            notes.append(f"{name}: no learned parameters and no profile for {view.accelerator or 'its accelerator'}")
+        else:
+            if rate <= 0:
+                notes.append(f"{name}: cannot meet the SLO at a useful rate with its parameters (capacity 0)")
+            chunk = view.target.vllm.effective_max_batched_tokens if view.target is not None else 0
+            tip = chunk_advice(p, chunk, slo.target_itl_ms)
+            if tip:
+                advice.append(f"{name}: {tip}")
+        capacity = rate / headroom
+        arrival = observed.variants[name].arrival_rps
+        variants.append(supply_of(view, per_replica_capacity=capacity, demand=arrival))
+        per_variant[name] = {
+            "alpha": round(p.alpha_ms, 6) if p else None,
+            "beta": round(p.beta_ms, 8) if p else None,
+            "gamma": round(p.gamma_ms, 10) if p else None,
+            "params_source": source,
+            "max_rps_per_replica": round(rate, 6),
+            "capacity_rps": round(capacity, 6),
+            "total_arrival_rps": round(arrival, 6),
+            "startup_p90_s": round(leads[name], 3),
+        }
+    return variants, per_variant, advice
+
+
+def _at_slo(params: ServiceParams | None, slo: Slo, size: RequestSize, max_batch: int, cfg: QueueingConfig) -> float:
+    """λ* of one replica at the tail-tightened targets (capacity.py), req/s; 0 when unknown or out of reach."""
+    if params is None:
+        return 0.0
+    targets = tightened(
+        Targets(slo.target_ttft_ms, slo.target_itl_ms),
+        params,
+        size,
+        attainment=cfg.slo_attainment_target,
+        itl_cv=cfg.itl_spread,
+    )
+    return per_replica_rps(params, size, max_batch, targets)
+
+
+def _change(ready: Mapping[str, int], before: Mapping[str, int]) -> int:
+    """+1 when the ready replicas grew since the last cycle (any variant more, none fewer), −1 when they shrank,
+    0 when unchanged; a mix counts by the total."""
+    if not before:
+        return 0
+    delta = sum(ready.values()) - sum(before.get(name, 0) for name in ready)
+    if delta == 0 and dict(ready) != dict(before):
+        return 0
+    return (delta > 0) - (delta < 0)
+
+
+def _learn(
+    views: Sequence[VariantView],
+    observed: Observed,
+    filters: Mapping[str, ekf.FilterState],
+    *,
+    cfg: QueueingConfig,
+    now_s: float,
+) -> tuple[dict[str, ekf.FilterState], list[str]]:
+    """Each variant's filter after this cycle's observations (the queueing model's step 2)."""
+    states: dict[str, ekf.FilterState] = {}
+    notes: list[str] = []
+    for view in views:
+        name = view.key.name
+        previous = filters.get(name)
+        if not cfg.tuning_enabled or _profile(view, cfg) is not None:
+            if previous is not None:  # nothing to learn: a profile sizes this variant (`_params`)
+                states[name] = previous
+            continue
+        outcome = ekf.learn(previous, observed.variants[name], now_s=now_s)
+        if outcome is None:
+            if previous is not None:
+                states[name] = previous  # no observation this cycle (e.g. the variant is at zero): keep it
+            continue
+        states[name] = outcome.state
+        if outcome.started == "re-fitted" and previous is not None:
+            notes.append(f"{name}: filter lost for {previous.lost_cycles} cycles; re-fitted")
+    return states, notes
+
+
+def _params(
+    view: VariantView, learned: Mapping[str, ekf.FilterState], cfg: QueueingConfig
+) -> tuple[ServiceParams | None, str]:
+    """The variant's (α, β, γ): its accelerator's profile when one is configured (the operator's measurement,
+    stable where the filter's estimates swing with bursty traffic), else the filter's, else unknown. Either
+    way the attainment controller corrects what the model gets wrong."""
+    profile = _profile(view, cfg)
+    if profile is not None:
+        return profile, "profile"
+    state = learned.get(view.key.name)
+    if state is not None:
+        return state.params(), "learned"
+    return None, "none"
+
+
+def _profile(view: VariantView, cfg: QueueingConfig) -> ServiceParams | None:
+    profile = cfg.accelerator_profiles.get(normalize_accelerator(view.accelerator))
+    return None if profile is None else ServiceParams(profile.alpha, profile.beta, profile.gamma)
+
+
+def _size(input_tokens: float, output_tokens: float, state: ModelState) -> RequestSize | None:
+    """This cycle's request size, else the last one seen (a model at zero replicas still needs one)."""
+    if output_tokens >= 1:
+        return RequestSize(max(input_tokens, 0.0), output_tokens)
+    if state.output_tokens >= 1:
+        return RequestSize(state.input_tokens, state.output_tokens)
+    return None
+
+
+def _backlog(model: ModelInput) -> float:
+    """Requests waiting: in the pods' queues and in the EPP's flow-control queue."""
+    waiting = sum(usable(p.queue_length) for p in model.all_pods())
+    epp = model.traffic.epp_queue_size if model.traffic is not None else None
+    return waiting + (usable(epp) if epp is not None else 0.0)
+
+
+def _startup_samples(views: Sequence[VariantView], state: ModelState) -> dict[str, tuple[float, ...]]:
+    """The remembered startup durations of each variant with those its ready pods show now (newest last,
+    at most `STARTUP_SAMPLES`)."""
+    out: dict[str, tuple[float, ...]] = {}
+    for view in views:
+        name = view.key.name
+        seen = list(state.startup_s.get(name, ()))
+        for duration in _observed_startups(view):
+            if duration not in seen:
+                seen.append(duration)
+        out[name] = tuple(seen[-STARTUP_SAMPLES:])
+    return out
+
+
+def _observed_startups(view: VariantView) -> tuple[float, ...]:
+    """Creation → Ready of the variant's ready pods, seconds (`ScaleTarget.startup_s`, from the inventory)."""
+    target = view.target
+    samples = target.startup_s if target is not None else ()
+    return tuple(float(x) for x in samples if _finite(x) and x >= 0)
+
+
+def _lead_s(samples: Sequence[float], cfg: QueueingConfig) -> float:
+    """The p90 of a variant's startup durations (at least 3 samples), else `startupTime`."""
+    if len(samples) < 3:
+        return cfg.startup_time_s
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)
+    return ordered[index]
+
+
+def _attainment(traffic: ModelTraffic | None, slo: Slo) -> tuple[float | None, float]:
+    """The share of the window's requests within both targets (the lower bound from the two marginals,
+    adapter.domain.latency) and the completions behind it; (None, 0) without both histograms."""
+    latency = traffic.latency if traffic is not None else None
+    if latency is None or latency.ttft is None:
+        return None, 0.0
+    measured = latency.attainment_lower_bound(
+        ttft_target_s=slo.target_ttft_ms / 1000.0, tpot_target_s=slo.target_itl_ms / 1000.0
+    )
+    return measured, latency.ttft.total_rps * latency.window_s
+
+
+def _window_s(traffic: ModelTraffic | None) -> float:
+    latency = traffic.latency if traffic is not None else None
+    return latency.window_s if latency is not None else 300.0
+
+
+def _finite(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _model_text(model: ModelKey) -> str:
+    return f"{model.namespace}/{model.model_id}"
+
+
+ANALYZER = Predictive()

@@ -1,0 +1,279 @@
+"""The predictive analyzer through the engine (adapter/analyzers/predictive/analyzer.py), on a virtual clock:
+a periodic burst served a lead ahead, overload brought back within one cycle, a strong variant started from
+zero replicas, the prefill-chunk advice, what it says when it cannot decide, its state across a restart or a
+fail-over, and monotonicity in the load."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.analyzers.predictive import analyzer as predictive
+from adapter.analyzers.predictive.analyzer import LEARNED_SECTION, ModelState
+from adapter.analyzers.predictive.forecast import ForecastConfig
+from adapter.config.configmaps import QUEUEING_CM
+from adapter.config.engine import EngineConfig
+from adapter.domain.decision import AnalyzerName
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.latency import LatencyHistogram, ModelLatency
+from adapter.domain.snapshot import ModelTraffic, PodMetrics, Snapshot
+from tests.core.builders import CONTROLLER_NS, T0, Fleet, configset, spec
+
+NS = "llm"
+MODEL = ModelKey(NS, "llama-70b")
+STEP_S = 30.0
+A100 = "alpha: 9.5, beta: 0.066, gamma: 0.00008"
+L4 = "alpha: 55, beta: 0.17, gamma: 0.0006"
+H100 = "alpha: 6.5, beta: 0.022, gamma: 0.00005"
+
+
+def predictive_config(profiles: dict[str, str], **settings_: object) -> EngineConfig:
+    lines = ["targetTTFT: 2000", "targetITL: 100", "startupTime: 5m", "acceleratorProfiles:"]
+    lines += [f"  {accelerator}: {{{params}}}" for accelerator, params in profiles.items()]
+    lines += [f"{k}: {v}" for k, v in settings_.items()]
+    return EngineConfig(
+        configmaps=configset(
+            saturation="analyzerName: predictive\n",
+            extra=[(CONTROLLER_NS, QUEUEING_CM, {"default": "\n".join(lines) + "\n"})],
+        )
+    )
+
+
+def busy_pods(variant: str, replicas: int, total_rps: float, *, queue: float = 0.0) -> list[PodMetrics]:
+    each = total_rps / max(replicas, 1)
+    return [
+        PodMetrics(
+            NS,
+            f"{variant}-{i}",
+            variant,
+            kv_cache_usage=0.2,
+            queue_length=queue / max(replicas, 1),
+            arrival_rate_rps=each,
+            avg_input_tokens=800.0,
+            avg_output_tokens=200.0,
+            max_batch_size=256,
+        )
+        for i in range(replicas)
+    ]
+
+
+class PredictiveFleet(Fleet):
+    """Fleet whose snapshot can carry an EPP queue and latency histograms."""
+
+    epp_queue: float | None = None
+    latency: ModelLatency | None = None
+
+    def snapshot(self, now_s: float, pods, *, metrics: bool = True) -> Snapshot:  # type: ignore[no-untyped-def, override]
+        snap = super().snapshot(now_s, pods, metrics=metrics)
+        traffic = ModelTraffic(key=MODEL, request_count=100.0, epp_queue_size=self.epp_queue, latency=self.latency)
+        return Snapshot(
+            taken_at_s=snap.taken_at_s,
+            variants=snap.variants,
+            pods=snap.pods,
+            models={MODEL: traffic},
+            metrics_available=snap.metrics_available,
+        )
+
+
+def one_variant_fleet(**settings_: object) -> PredictiveFleet:
+    return PredictiveFleet(
+        specs=[spec("a100", accelerator="A100", cost=2.5, max_replicas=20)],
+        config=predictive_config({"A100": A100}, **settings_),
+        replicas={"a100": 1},
+    )
+
+
+def play(fleet: PredictiveFleet, rates: list[float], *, start: int = 0) -> None:
+    for i, rate in enumerate(rates):
+        fleet.cycle(T0 + STEP_S * (start + i), busy_pods("a100", fleet.replicas["a100"], rate))
+
+
+def bursts(cycles: int, *, period: int = 30, width: int = 4, first: int = 10, base: float = 4.0, peak: float = 30.0):
+    return [peak if (i - first) % period < width and i >= first else base for i in range(cycles)]
+
+
+# ---- a burst a lead ahead -------------------------------------------------------------------------------------
+
+
+def test_a_periodic_burst_is_served_a_lead_ahead() -> None:
+    """Bursts every 15 minutes (30 cycles), 2 minutes long. After two of them, 5 minutes (the lead) before the
+    third, the analyzer asks for the burst's capacity while the arrival rate is still the base load."""
+    fleet = one_variant_fleet()
+    history = bursts(61)  # bursts at cycles 10 and 40; the next at 70
+    play(fleet, history)  # the fleet holds one replica throughout (no actuation), like a frozen world
+    analysis = fleet.last.analyses[MODEL].analysis if fleet.last else {}
+    forecast = analysis["demand"]["forecast"]
+    assert forecast["period_s"] == 30 * STEP_S
+    assert analysis["demand"]["arrival_rps"] == pytest.approx(4.0)
+    assert analysis["demand"]["demand_rps"] > 25.0
+    assert fleet.desired()["a100"] >= 3  # ~30 req/s at ~8 req/s per A100 at the tightened SLO
+
+
+def test_without_the_period_the_same_moment_is_not_scaled() -> None:
+    fleet = one_variant_fleet()
+    play(fleet, [4.0] * 61)
+    assert fleet.desired()["a100"] == 1
+    assert fleet.last is not None
+    assert fleet.last.analyses[MODEL].analysis["demand"]["forecast"]["period_s"] is None
+
+
+# ---- overload ----------------------------------------------------------------------------------------------------
+
+
+def test_overload_is_sized_from_arrivals_and_the_backlog_in_one_cycle() -> None:
+    """Two replicas drowning: 40 req/s arriving, 600 requests queued in the pods and 300 in the EPP. The demand is
+    arrivals + backlog / 60 s = 40 + 15 = 55 req/s; the answer comes in this cycle, not over ten."""
+    fleet = one_variant_fleet()
+    fleet.replicas["a100"] = 2
+    fleet.epp_queue = 300.0
+    play(fleet, [10.0] * 5)  # a calm history
+    fleet.cycle(T0 + STEP_S * 5, busy_pods("a100", 2, 40.0, queue=600.0))
+    assert fleet.last is not None
+    demand = fleet.last.analyses[MODEL].analysis["demand"]
+    assert demand["backlog"] == pytest.approx(900.0)
+    assert demand["backlog_rps"] == pytest.approx(15.0)
+    assert demand["demand_rps"] >= 55.0
+    per_replica = fleet.last.analyses[MODEL].analysis["variants"]["a100"]["capacity_rps"]
+    assert fleet.desired()["a100"] >= math.ceil(55.0 / per_replica)
+
+
+# ---- a variant at zero -----------------------------------------------------------------------------------------
+
+
+def test_a_strong_variant_at_zero_is_started_when_the_cheap_one_cannot_serve_the_slo() -> None:
+    """A cheap L4 (α 55 ms) cannot keep a 100-ms ITL under load; a dearer H100 at zero replicas, sized by its
+    profile, can: the allocation starts the H100 and does not grow the L4."""
+    fleet = PredictiveFleet(
+        specs=[
+            spec("l4", accelerator="L4", cost=0.8, min_replicas=1, max_replicas=12),
+            spec("h100", accelerator="H100", cost=4.0, min_replicas=0, max_replicas=4),
+        ],
+        config=predictive_config({"L4": L4, "H100": H100}),
+        replicas={"l4": 1, "h100": 0},
+    )
+    for i in range(3):
+        fleet.cycle(T0 + STEP_S * i, busy_pods("l4", 1, 6.0))
+    desired = fleet.desired()
+    assert desired["h100"] >= 1
+    assert desired["l4"] == 1
+    assert fleet.last is not None
+    variants = fleet.last.analyses[MODEL].analysis["variants"]
+    assert variants["h100"]["params_source"] == "profile"
+    assert variants["l4"]["capacity_rps"] == 0.0  # an SLO it meets only nearly idle: never scaled for it
+
+
+def test_without_a_profile_a_variant_at_zero_is_unknown_and_said_so() -> None:
+    fleet = PredictiveFleet(
+        specs=[
+            spec("a100", accelerator="A100", cost=2.5, max_replicas=8),
+            spec("h100", accelerator="H100", cost=4.0, min_replicas=0, max_replicas=4),
+        ],
+        config=predictive_config({"A100": A100}),
+        replicas={"a100": 1, "h100": 0},
+    )
+    fleet.cycle(T0, busy_pods("a100", 1, 4.0))
+    assert fleet.last is not None
+    analysis = fleet.last.analyses[MODEL]
+    assert analysis.analysis["variants"]["h100"]["params_source"] == "none"
+    assert any("h100: no learned parameters and no profile for H100" in n for n in fleet.decision("a100").notes)
+
+
+# ---- advice ------------------------------------------------------------------------------------------------------
+
+
+def test_a_prefill_chunk_over_the_itl_target_is_advice_in_the_analysis_and_the_condition() -> None:
+    fleet = one_variant_fleet()
+    fleet.cycle(T0, busy_pods("a100", 1, 4.0))
+    assert fleet.last is not None
+    advice = fleet.last.analyses[MODEL].analysis["advice"]
+    assert advice
+    assert "max-num-batched-tokens" in advice[0]
+    ready = next(c for c in fleet.decision("a100").conditions if c.type == "OptimizationReady")
+    assert "advice:" in ready.message
+
+
+# ---- no decision -------------------------------------------------------------------------------------------------
+
+
+def test_without_request_sizes_there_is_no_signal_and_a_reason() -> None:
+    fleet = one_variant_fleet()
+    pods = [PodMetrics(NS, "a100-0", "a100", kv_cache_usage=0.1, queue_length=0.0)]
+    fleet.cycle(T0, pods)
+    assert fleet.last is not None
+    assert fleet.last.analyses[MODEL].analyzer is AnalyzerName.NONE
+    assert "no request size" in fleet.last.analyses[MODEL].analysis["reason"]
+
+
+# ---- restart and fail-over ------------------------------------------------------------------------------------
+
+
+def test_a_restart_resumes_the_forecast_and_the_headroom_from_va_status() -> None:
+    fleet = one_variant_fleet()
+    fleet.latency = short_latency()
+    play(fleet, bursts(50))
+    before = fleet.state
+    status = fleet.statuses[VariantKey(NS, "a100")]
+    assert LEARNED_SECTION in status.learned
+    persisted = ModelState.from_json(status.learned[LEARNED_SECTION], ForecastConfig())
+    assert persisted.forecaster.period_steps == 30
+    assert len(persisted.forecaster.values) == 50
+    fleet.restart()
+    assert fleet.state != before
+    fleet.cycle(T0 + STEP_S * 50, busy_pods("a100", fleet.replicas["a100"], 4.0))
+    resumed = fleet.state.memory(predictive.ANALYZER).models[MODEL]
+    assert len(resumed.forecaster.values) == 51  # continued, not started afresh
+    assert resumed.forecaster.period_steps == 30
+    assert resumed.controller.headroom == pytest.approx(persisted.controller.headroom, rel=0.3)
+
+
+def test_an_unreadable_persisted_state_is_noted_and_learning_starts_afresh() -> None:
+    fleet = one_variant_fleet()
+    play(fleet, [4.0] * 3)
+    key = VariantKey(NS, "a100")
+    fleet.statuses[key] = type(fleet.statuses[key])(
+        desired=fleet.statuses[key].desired,
+        learned={LEARNED_SECTION: {"forecast": {"stepS": "x"}}},
+    )
+    fleet.restart()
+    fleet.cycle(T0 + STEP_S * 3, busy_pods("a100", 1, 4.0))
+    assert any("persisted predictive state unreadable" in n for n in fleet.decision("a100").notes)
+
+
+def short_latency() -> ModelLatency:
+    """Histograms of a window where 90 % of requests met both targets (TTFT 2 s, TPOT 100 ms)."""
+    ttft = LatencyHistogram(((1.0, 4.0), (2.0, 4.5), (float("inf"), 5.0)))
+    tpot = LatencyHistogram(((0.05, 4.0), (0.1, 5.0), (float("inf"), 5.0)))
+    return ModelLatency(window_s=300.0, ttft=ttft, tpot=tpot)
+
+
+def test_short_attainment_raises_the_headroom_and_the_replicas() -> None:
+    fleet = one_variant_fleet()
+    fleet.replicas["a100"] = 2
+    play(fleet, [10.0] * 12)
+    calm = fleet.desired()["a100"]
+    fleet.latency = short_latency()  # 90 % attained against a 99 % target
+    play(fleet, [10.0] * 12, start=12)
+    assert fleet.last is not None
+    headroom = fleet.last.analyses[MODEL].analysis["headroom"]
+    assert headroom["measured_attainment"] == pytest.approx(0.9)
+    assert headroom["value"] > 1.5
+    assert fleet.desired()["a100"] > calm
+
+
+# ---- properties --------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.5, 60.0), st.floats(0.0, 60.0), st.integers(1, 6))
+def test_more_load_never_asks_for_fewer_replicas(rate: float, more: float, replicas: int) -> None:
+    def desired(total: float) -> int:
+        fleet = one_variant_fleet()
+        fleet.replicas["a100"] = replicas
+        play(fleet, [rate] * 4)
+        fleet.cycle(T0 + STEP_S * 4, busy_pods("a100", replicas, total))
+        return fleet.desired()["a100"]
+
+    assert desired(rate + more) >= desired(rate)

@@ -1,0 +1,35 @@
+"""The predictive analyzer's replay fixtures (tests/predictive/fixtures): each replays with every expectation met,
+`explain` shows the forecast, the lead and the headroom, and make_fixtures.py still writes the same bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.core.test_cli import wva
+from tests.predictive import make_fixtures
+
+FIXTURES = sorted(make_fixtures.HERE.glob("*.json"))
+
+
+def test_every_fixture_is_written_by_the_script() -> None:
+    assert {p.name for p in FIXTURES} == set(make_fixtures.FIXTURES)
+    for path in FIXTURES:
+        assert path.read_text(encoding="utf-8") == make_fixtures.render(make_fixtures.FIXTURES[path.name]), path.name
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_fixture_replays(path: Path) -> None:
+    done = wva("replay", str(path))
+    assert done.returncode == 0, done.stderr
+
+
+def test_explain_tells_the_forecast_the_lead_and_the_headroom() -> None:
+    done = wva("explain", str(make_fixtures.HERE / "burst-a-lead-ahead.json"))
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.split("Cycle 61")[1]
+    assert "Demand: 30 req/s = max(arrivals 4, forecast peak 30 over the lead 300 s)" in last
+    assert "period 900 s" in last
+    assert "Headroom: 1 (attainment measured –" in last
+    assert "llama-8b-a100: 1 → 3" in last
