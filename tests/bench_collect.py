@@ -45,6 +45,7 @@ from typing import Any
 from aiohttp import web
 
 from adapter import engine
+from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.ids import ModelKey, VariantKey
@@ -248,12 +249,25 @@ def rss_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def engine_config(name: str) -> EngineConfig:
+    """`default`: no ConfigMap (the saturation-percentage analyzer, V1); `shipped`: manifests/deploy's ConfigMaps
+    (the predictive analyzer and its settings, what `serve` runs with out of the box)."""
+    if name == "default":
+        return EngineConfig()
+    from tests.bench_sim import shipped_configmaps
+
+    entries = shipped_configmaps()
+    raw = [(e["namespace"], e["name"], e["data"]) for e in entries]
+    return EngineConfig(configmaps=ConfigSet.from_raw(raw, controller_namespace=entries[0]["namespace"]))
+
+
 @dataclass
 class Loop:
     """What the reconciler carries from cycle to cycle: the engine state, the store, the clock."""
 
     collector: PrometheusCollector
     fleet: Fleet
+    config: EngineConfig = field(default_factory=EngineConfig)
     store: DecisionStore = field(default_factory=DecisionStore)
     state: engine.EngineState = field(default_factory=engine.EngineState)
     cycles: int = 0
@@ -279,7 +293,7 @@ class Loop:
             unavailable_models=collection.unavailable_models,
         )
         mark()
-        result, self.state = _decide()(snapshot, self.state, EngineConfig(), now_s)
+        result, self.state = _decide()(snapshot, self.state, self.config, now_s)
         mark()
         self.store.publish(result.decisions, now_s=now_s)
         mark()
@@ -295,13 +309,13 @@ PROFILES = {"all": None, "v1": V1_QUERIES}
 scale-from-zero read."""
 
 
-async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int) -> dict[str, Any]:
+async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int, config: str = "default") -> dict[str, Any]:
     proc, url = start_fake(n_vas)
     try:
         fleet = make_fleet(n_vas)
         baseline_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         async with PrometheusCollector(url, timeout_s=60, metrics=PROFILES[metrics]) as collector:
-            loop = Loop(collector, fleet)
+            loop = Loop(collector, fleet, engine_config(config))
             _, _, collection, n_decisions = await loop.cycle()  # warm-up
             if not collection.available or collection.errors:
                 raise SystemExit(f"collection failed: {collection.errors[:2]}")
@@ -323,6 +337,7 @@ async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int) -> dict[s
     return {
         "vas": n_vas,
         "metrics": metrics,
+        "config": config,
         "models": len(fleet.models),
         "pods": len(fleet.pods),
         "decisions": n_decisions,
@@ -367,6 +382,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--scales", default="100,1000,10000", help="comma-separated VA counts")
     parser.add_argument("--metrics", default="all,v1", help="query sets: all (14 metrics) and/or v1 (what V1 reads)")
     parser.add_argument(
+        "--config", choices=("default", "shipped"), default="default", help="engine ConfigMaps (see engine_config)"
+    )
+    parser.add_argument(
         "--cycles", type=int, default=0, help="go on to this many cycles and report the RSS growth (steady state)"
     )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
@@ -377,14 +395,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         serve_main(args.serve, args.port_file)
         return {}
     if args.child is not None:
-        row = asyncio.run(measure(args.child, args.runs, metrics=args.metrics, cycles=args.cycles))
+        row = asyncio.run(measure(args.child, args.runs, metrics=args.metrics, cycles=args.cycles, config=args.config))
         print(json.dumps(row))
         return row
     rows = []
     for metrics in args.metrics.split(","):
         for n_vas in (int(s) for s in args.scales.split(",")):
             cmd = [sys.executable, "-m", "tests.bench_collect", "--child", str(n_vas), "--runs", str(args.runs)]
-            cmd += ["--metrics", metrics, "--cycles", str(args.cycles)]
+            cmd += ["--metrics", metrics, "--cycles", str(args.cycles), "--config", args.config]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=os.environ).stdout
             row = json.loads(out.strip().splitlines()[-1])
             rows.append(row)
