@@ -1,29 +1,176 @@
-"""`make bench`: every benchmark, one after the other; each prints its own JSON document with medians and ratios.
+"""`make bench`: every benchmark, one after the other; each prints its own figures, then a summary prints every
+row of issue 22's table with the figure measured in this run and its ratio to the goal.
 
 Benchmarks print figures measured in one run; they never assert on time (the machine is shared and noisy).
+`python -m tests.bench WORD...` runs only the benchmarks whose module name contains a WORD (the summary then
+shows the rows it has figures for).
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
-BENCHMARKS = (
-    ("External Metrics API vs bare aiohttp (no authentication)", "tests.servers.em_bench", []),
-    ("External Metrics API vs bare aiohttp (front-proxy authentication)", "tests.servers.em_bench", ["--auth"]),
-    ("KEDA GetMetrics vs bare gRPC servicer", "tests.servers.keda_bench", []),
-    ("One cycle at 100 / 1,000 / 10,000 VAs: collect -> decide -> publish", "tests.bench_collect", []),
-    ("Allocation greedy vs exact; decide at 1,000 VAs (V1, V2, limiter, exact)", "tests.bench_pipeline", []),
+BENCHMARKS: tuple[tuple[str, str, str, list[str]], ...] = (
+    ("em", "External Metrics API vs bare aiohttp (no authentication)", "tests.servers.em_bench", []),
+    (
+        "em-auth",
+        "External Metrics API vs bare aiohttp (front-proxy authentication)",
+        "tests.servers.em_bench",
+        ["--auth"],
+    ),
+    ("keda", "KEDA GetMetrics vs bare gRPC servicer", "tests.servers.keda_bench", []),
+    (
+        "cycle",
+        "One cycle at 100 / 1,000 / 10,000 VAs, all metrics: collect -> decide -> publish; 50 cycles each (RSS growth)",
+        "tests.bench_collect",
+        ["--metrics", "all", "--cycles", "50"],
+    ),
+    (
+        "pipeline",
+        "Allocation greedy vs exact; decide at 1,000 VAs (V1, V2, limiter, exact)",
+        "tests.bench_pipeline",
+        [],
+    ),
+    ("wake", "Scale from zero: EPP queue > 0 -> StreamIsActive true, 100 wakes", "tests.bench_wake", []),
 )
+
+
+def _cycle_row(figures: dict[str, Any], vas: int) -> dict[str, Any] | None:
+    rows = figures.get("cycle", {}).get("rows", [])
+    return next((r for r in rows if r["vas"] == vas and r["metrics"] == "all"), None)
+
+
+def _decide_mode(figures: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    rows = figures.get("pipeline", {}).get("decide_cycle", [])
+    return next((r for r in rows if r["mode"] == mode), None)
+
+
+Row = tuple[str, str, str, float | None]
+"""(what, measured, goal, ratio to the goal: <= 1 meets it)."""
+
+
+def summary(figures: dict[str, Any]) -> list[Row]:
+    """Issue 22's table: each row's figure from this run and its ratio to the goal (measured / goal, or goal /
+    measured for a floor such as a throughput ratio), so <= 1.0 meets the goal everywhere."""
+    rows: list[Row] = []
+    small, large = _cycle_row(figures, 1000), _cycle_row(figures, 10000)
+    if small is not None:
+        total_ms = small["median_s"]["total"] * 1e3
+        detail = f"collect {small['median_s']['collect'] * 1e3:.0f}, decide {small['median_s']['decide'] * 1e3:.0f}"
+        rows.append(
+            (
+                "cycle, all metrics, 1,000 VAs / 10,000 pods",
+                f"{total_ms:.0f} ms ({detail}; CPU {small['median_cpu_s']['total'] * 1e3:.0f} ms), "
+                f"{small['peak_rss_mb']:.0f} MB",
+                "< 300 ms",
+                total_ms / 300,
+            )
+        )
+    if large is not None:
+        total_s = large["median_s"]["total"]
+        detail = f"collect {large['median_s']['collect']:.2f} s, decide {large['median_s']['decide']:.2f} s"
+        rows.append(
+            (
+                "cycle, all metrics, 10,000 VAs / 100,000 pods",
+                f"{total_s:.2f} s ({detail}; CPU {large['median_cpu_s']['total']:.2f} s)",
+                "< 3 s",
+                total_s / 3,
+            )
+        )
+        rows.append(
+            (
+                "  peak RSS over the cycles, growth over them",
+                f"{large['peak_rss_mb']:.0f} MB, {large['rss_growth_mb']:+.0f} MB over cycles "
+                f"{large['runs'] + 2}..{large['cycles']}",
+                "< 500 MB, steady",
+                large["peak_rss_mb"] / 500,
+            )
+        )
+    if small is not None and large is not None:
+        ratio = large["median_s"]["decide"] / small["median_s"]["decide"]
+        cpu_ratio = large["median_cpu_s"]["decide"] / small["median_cpu_s"]["decide"]
+        rows.append(
+            ("decide, 1k -> 10k VAs", f"{ratio:.1f}x (CPU {cpu_ratio:.1f}x)", "<= 10.5x (linear)", ratio / 10.5)
+        )
+    for mode, label in (("v2-exact", "pools over-full"), ("v2-exact-headroom", "pools with room")):
+        exact, greedy = _decide_mode(figures, mode), _decide_mode(figures, mode.replace("exact", "limiter"))
+        if exact is not None:
+            cost = f", fleet cost {exact['fleet_cost']:.0f} vs greedy {greedy['fleet_cost']:.0f}" if greedy else ""
+            rows.append(
+                (
+                    f"exact MILP mode, decide at 1,000 VAs ({label})",
+                    f"{exact['decide_ms_median']:.0f} ms ({exact['time_vs_v1'] or 0:.1f}x V1{cost})",
+                    "< 300 ms",
+                    exact["decide_ms_median"] / 300,
+                )
+            )
+    allocation = figures.get("pipeline", {}).get("greedy_vs_exact")
+    if allocation is not None:
+        rows.append(
+            (
+                "  exact vs greedy cost, generated fleets (median)",
+                f"{allocation['exact_over_greedy_cost_median']:.3f}x, exact {allocation['exact_ms_median']:.0f} ms",
+                "cheaper than greedy (< 1)",
+                allocation["exact_over_greedy_cost_median"],
+            )
+        )
+    wake = figures.get("wake")
+    if wake:
+        rows.append(
+            (
+                "scale from zero: EPP queue > 0 -> StreamIsActive true",
+                f"median {wake['median_ms']:.0f} ms, p99 {wake['p99_ms']:.0f} ms over {wake['wakes']} wakes",
+                "< 300 ms (median and p99)",
+                wake["p99_ms"] / 300,
+            )
+        )
+    for key, label in (("em", "without auth"), ("em-auth", "with front-proxy auth")):
+        em = figures.get(key)
+        if em:
+            rows.append(
+                (
+                    f"External Metrics GET vs bare aiohttp, {label}",
+                    f"{em['rps_ratio']:.2f}x requests/s, CPU per request {em['adapter_cpu_us_per_request']:.0f} vs "
+                    f"{em['bare_cpu_us_per_request']:.0f} us ({em['cpu_ratio']:.2f}x)",
+                    ">= 0.9x" + (" with auth" if key == "em-auth" else ""),
+                    0.9 / max(em["rps_ratio"], em["cpu_ratio"], 1e-9),
+                )
+            )
+            paced = em["paced_500rps"]
+            rows.append(
+                (
+                    f"  p99 at 500 rps, {label}",
+                    f"{paced['p99_ms']:.2f} ms (p50 {paced['p50_ms']:.2f})",
+                    "< 2 ms",
+                    paced["p99_ms"] / 2,
+                )
+            )
+    return rows
+
+
+def print_summary(rows: list[Row]) -> None:
+    print("\n== Issue 22's table, this run (ratio = measured / goal; <= 1.00 meets it)")
+    print("| what | measured | goal | ratio to goal |")
+    print("|---|---|---|---|")
+    for what, measured, goal, ratio in rows:
+        print(f"| {what} | {measured} | {goal} | {'-' if ratio is None else f'{ratio:.2f}'} |")
 
 
 def main() -> int:
     only = sys.argv[1:]
-    for title, module, argv in BENCHMARKS:
+    figures: dict[str, Any] = {}
+    for key, title, module, argv in BENCHMARKS:
         if only and not any(word in module for word in only):
             continue
         print(f"== {title}", flush=True)
-        importlib.import_module(module).main(argv)
+        run: Callable[[list[str]], Any] = importlib.import_module(module).main
+        result = run(list(argv))
+        if isinstance(result, dict):
+            figures[key] = result
+    print_summary(summary(figures))
     return 0
 
 

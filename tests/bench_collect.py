@@ -1,34 +1,34 @@
 """Benchmark: one full reconcile cycle's data path at fleet scale, from recorded Prometheus answers.
 
-    .venv/bin/python -m tests.bench_collect [--runs 5] [--scales 100,1000,10000] [--profile]
+    .venv/bin/python -m tests.bench_collect [--runs 5] [--scales 100,1000,10000] [--metrics all,v1] [--cycles 50]
 
 Per scale (VAs = models × 3 variants, 10 pods per VA; 1,000 VAs = 334 models and 10,000 pods):
 
-1. `collect`: the real `PrometheusCollector` (prometheus_api_client + requests, JSON decode, our parse and
-   per-pod assembly) against a local aiohttp fake `/api/v1/query` that serves answers generated once (the
-   same query strings `build_queries` makes, realistic labels and values, a few NaN from idle pods).
-   The fake runs in a child process so its work and memory are not measured.
+1. `collect`: the real `PrometheusCollector` (requests, typed decoding, digest and per-pod assembly) against a
+   local aiohttp fake `/api/v1/query` that serves answers generated once (the same query strings
+   `build_queries` makes, the latency histograms included, realistic labels and values, a few NaN from idle
+   pods). The fake runs in a child process so its work and memory are not measured.
 2. `snapshot`: joining the Collection with the inventory's VariantViews into a `Snapshot`.
-3. `decide`: `adapter.engine.decide` on it.
+3. `decide`: as the reconciler runs it (`decide_cycle`: the GC paused), with the engine state of the previous
+   cycle carried over and the clock 30 s later each cycle.
 4. `publish`: `DecisionStore.publish` of the decisions.
 
 Each scale runs in its own process (so peak RSS is that scale's): one warm-up cycle, then `--runs` measured
-cycles; medians are reported, plus ru_maxrss (peak RSS of the process: Python, the fleet, the answers in
-flight) and tracemalloc's peak for one extra cycle (Python allocations of the cycle alone). Ratios are
-against the 1,000-VA row, so 10× more VAs should read ≈10× for linear growth. No asserts: figures only.
+cycles; medians are reported (wall per stage, and the process' CPU for the cycle, steadier on a shared
+machine), plus ru_maxrss (peak RSS of the process: Python, the fleet, the answers in flight) and tracemalloc's
+peak for one extra cycle (Python allocations of the cycle alone). `--cycles N` goes on to N cycles and reports
+the resident set's growth from the end of the measured runs to the last cycle (steady state: nothing should
+grow). Ratios are against the 1,000-VA row, so 10× more VAs should read ≈10× for linear growth. No asserts:
+figures only. `main` returns the figures for tests/bench.py's summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
-import gc
-import io
 import json
 import math
 import os
-import pstats
 import random
 import resource
 import statistics
@@ -38,13 +38,14 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from adapter import engine
+from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.ids import ModelKey, VariantKey
@@ -232,87 +233,132 @@ def start_fake(n_vas: int) -> tuple[subprocess.Popen[bytes], str]:
 # ------------------------------------------------------------------------------------------ measurement
 
 
-async def one_cycle(
-    collector: PrometheusCollector, fleet: Fleet, store: DecisionStore, profile: cProfile.Profile | None = None
-) -> tuple[dict[str, float], Collection, int]:
-    t0 = time.perf_counter()
-    collection = await collector.collect(fleet.models, fleet.pod_variants)
-    t1 = time.perf_counter()
-    snapshot = Snapshot(
-        taken_at_s=NOW_S,
-        variants=fleet.views,
-        pods=collection.pods,
-        models=collection.models,
-        metrics_available=collection.available,
-        unavailable_models=collection.unavailable_models,
-    )
-    t2 = time.perf_counter()
-    if profile is not None:
-        profile.enable()
-    result, _ = engine.decide(snapshot, engine.EngineState(), EngineConfig(), NOW_S)
-    if profile is not None:
-        profile.disable()
-    t3 = time.perf_counter()
-    store.publish(result.decisions, now_s=NOW_S)
-    t4 = time.perf_counter()
-    stages = {"collect": t1 - t0, "snapshot": t2 - t1, "decide": t3 - t2, "publish": t4 - t3, "total": t4 - t0}
-    return stages, collection, len(result.decisions)
+def _decide() -> Any:
+    """How the reconciler decides (adapter.reconciler.loop.decide_cycle: the GC paused), or, on code that has
+    no such function (the 'before' of issue 22), `engine.decide` as the reconciler then called it."""
+    try:
+        from adapter.reconciler.loop import decide_cycle
+    except ImportError:
+        return engine.decide
+    return decide_cycle
+
+
+def rss_mb() -> float:
+    """The process' resident set now (Linux /proc), MB."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def engine_config(name: str) -> EngineConfig:
+    """`default`: no ConfigMap (the saturation-percentage analyzer, V1); `shipped`: manifests/deploy's ConfigMaps
+    (the predictive analyzer and its settings, what `serve` runs with out of the box)."""
+    if name == "default":
+        return EngineConfig()
+    from tests.bench_sim import shipped_configmaps
+
+    entries = shipped_configmaps()
+    raw = [(e["namespace"], e["name"], e["data"]) for e in entries]
+    return EngineConfig(configmaps=ConfigSet.from_raw(raw, controller_namespace=entries[0]["namespace"]))
+
+
+@dataclass
+class Loop:
+    """What the reconciler carries from cycle to cycle: the engine state, the store, the clock."""
+
+    collector: PrometheusCollector
+    fleet: Fleet
+    config: EngineConfig = field(default_factory=EngineConfig)
+    store: DecisionStore = field(default_factory=DecisionStore)
+    state: engine.EngineState = field(default_factory=engine.EngineState)
+    cycles: int = 0
+
+    async def cycle(self) -> tuple[dict[str, float], dict[str, float], Collection, int]:
+        """One cycle; wall and CPU seconds per stage (CPU: every thread of this process; the fake Prometheus
+        runs in another)."""
+        now_s = NOW_S + 30.0 * self.cycles
+        wall, cpu = [time.perf_counter()], [time.process_time()]
+
+        def mark() -> None:
+            wall.append(time.perf_counter())
+            cpu.append(time.process_time())
+
+        collection = await self.collector.collect(self.fleet.models, self.fleet.pod_variants)
+        mark()
+        snapshot = Snapshot(
+            taken_at_s=now_s,
+            variants=self.fleet.views,
+            pods=collection.pods,
+            models=collection.models,
+            metrics_available=collection.available,
+            unavailable_models=collection.unavailable_models,
+        )
+        mark()
+        result, self.state = _decide()(snapshot, self.state, self.config, now_s)
+        mark()
+        self.store.publish(result.decisions, now_s=now_s)
+        mark()
+        self.cycles += 1
+        stages = STAGES[:-1]
+        wall_s = {s: wall[i + 1] - wall[i] for i, s in enumerate(stages)} | {"total": wall[-1] - wall[0]}
+        cpu_s = {s: cpu[i + 1] - cpu[i] for i, s in enumerate(stages)} | {"total": cpu[-1] - cpu[0]}
+        return wall_s, cpu_s, collection, len(result.decisions)
 
 
 PROFILES = {"all": None, "v1": V1_QUERIES}
-"""Which queries the collector sends: all 12 metrics, or only what the V1 analyzer, the enforcer and
+"""Which queries the collector sends: all 14 metrics, or only what the V1 analyzer, the enforcer and
 scale-from-zero read."""
 
 
-async def measure(n_vas: int, runs: int, *, metrics: str, profile: bool, gc_threshold: int | None) -> dict[str, Any]:
-    if gc_threshold is not None:
-        gc.set_threshold(gc_threshold, 20, 20)
+async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int, config: str = "default") -> dict[str, Any]:
     proc, url = start_fake(n_vas)
     try:
         fleet = make_fleet(n_vas)
         baseline_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        store = DecisionStore()
         async with PrometheusCollector(url, timeout_s=60, metrics=PROFILES[metrics]) as collector:
-            _, collection, n_decisions = await one_cycle(collector, fleet, store)  # warm-up
+            loop = Loop(collector, fleet, engine_config(config))
+            _, _, collection, n_decisions = await loop.cycle()  # warm-up
             if not collection.available or collection.errors:
                 raise SystemExit(f"collection failed: {collection.errors[:2]}")
-            samples = [(await one_cycle(collector, fleet, store))[0] for _ in range(runs)]
+            facts = {"pods_collected": len(collection.pods), "dropped": dict(collection.dropped_samples)}
+            del collection  # a cycle's collection is garbage once decided: keeping it would count twice
+            samples = [(await loop.cycle())[:2] for _ in range(runs)]
+            rss_by_cycle = [rss_mb()]
+            while loop.cycles < cycles:  # steady state: does anything grow from cycle to cycle?
+                await loop.cycle()
+                rss_by_cycle.append(rss_mb())
+            peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before tracemalloc's own memory
             tracemalloc.start()
-            await one_cycle(collector, fleet, store)
+            await loop.cycle()
             _, traced_peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
-            prof_text = ""
-            if profile:
-                prof = cProfile.Profile()
-                await one_cycle(collector, fleet, store, prof)
-                buf = io.StringIO()
-                pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(18)
-                prof_text = buf.getvalue()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     return {
         "vas": n_vas,
         "metrics": metrics,
-        "gc_threshold": gc_threshold,
+        "config": config,
         "models": len(fleet.models),
         "pods": len(fleet.pods),
         "decisions": n_decisions,
-        "pods_collected": len(collection.pods),
-        "dropped": dict(collection.dropped_samples),
-        "median_s": {s: statistics.median(r[s] for r in samples) for s in STAGES},
+        **facts,
+        "median_s": {s: statistics.median(w[s] for w, _ in samples) for s in STAGES},
+        "median_cpu_s": {s: statistics.median(c[s] for _, c in samples) for s in STAGES},
         "runs": runs,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss,
         "baseline_rss_mb": baseline_rss_mb,
         "tracemalloc_peak_mb": traced_peak / 2**20,
-        "profile": prof_text,
+        "cycles": loop.cycles,
+        "rss_mb_by_cycle": [round(x, 1) for x in rss_by_cycle],
+        "rss_growth_mb": round(rss_by_cycle[-1] - rss_by_cycle[0], 1),
     }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'metrics':>7} {'VAs':>6} {'pods':>7} | " + " ".join(f"{s + ' ms':>11}" for s in STAGES) + " | "
-        f"{'RSS MB':>7} {'base MB':>7} {'traced MB':>9} | ratio vs 1000 VAs (collect, decide, total)"
+        f"{'CPU ms':>7} | {'RSS MB':>7} {'base MB':>7} {'traced MB':>9} {'growth MB':>9} | "
+        "ratio vs 1000 VAs (collect, decide, total)"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -320,41 +366,43 @@ def table(rows: list[dict[str, Any]]) -> str:
         ref = next((x for x in same if x["vas"] == 1000), same[0])
         med = r["median_s"]
         ratios = ", ".join(f"{med[s] / ref['median_s'][s]:.2f}x" for s in ("collect", "decide", "total"))
+        growth = f"{r['rss_growth_mb']:>+9.1f}" if r["cycles"] > r["runs"] + 1 else f"{'-':>9}"
         lines.append(
             f"{r['metrics']:>7} {r['vas']:>6} {r['pods']:>7} | "
             + " ".join(f"{med[s] * 1000:>11.1f}" for s in STAGES)
-            + f" | {r['peak_rss_mb']:>7.0f} {r['baseline_rss_mb']:>7.0f} {r['tracemalloc_peak_mb']:>9.0f} | {ratios}"
+            + f" | {r['median_cpu_s']['total'] * 1000:>7.0f} | {r['peak_rss_mb']:>7.0f} {r['baseline_rss_mb']:>7.0f}"
+            f" {r['tracemalloc_peak_mb']:>9.0f} {growth} | {ratios}"
         )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m tests.bench_collect", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scales", default="100,1000,10000", help="comma-separated VA counts")
-    parser.add_argument("--metrics", default="all,v1", help="query sets: all (12 metrics) and/or v1 (what V1 reads)")
-    parser.add_argument("--gc-threshold", type=int, help="gc.set_threshold(N, 20, 20) in the measured process")
-    parser.add_argument("--profile", action="store_true", help="print a cProfile of engine.decide per scale")
+    parser.add_argument("--metrics", default="all,v1", help="query sets: all (14 metrics) and/or v1 (what V1 reads)")
+    parser.add_argument(
+        "--config", choices=("default", "shipped"), default="default", help="engine ConfigMaps (see engine_config)"
+    )
+    parser.add_argument(
+        "--cycles", type=int, default=0, help="go on to this many cycles and report the RSS growth (steady state)"
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:
         serve_main(args.serve, args.port_file)
-        return 0
+        return {}
     if args.child is not None:
-        row = asyncio.run(
-            measure(args.child, args.runs, metrics=args.metrics, profile=args.profile, gc_threshold=args.gc_threshold)
-        )
+        row = asyncio.run(measure(args.child, args.runs, metrics=args.metrics, cycles=args.cycles, config=args.config))
         print(json.dumps(row))
-        return 0
+        return row
     rows = []
     for metrics in args.metrics.split(","):
         for n_vas in (int(s) for s in args.scales.split(",")):
             cmd = [sys.executable, "-m", "tests.bench_collect", "--child", str(n_vas), "--runs", str(args.runs)]
-            cmd += ["--metrics", metrics] + (["--profile"] if args.profile else [])
-            if args.gc_threshold is not None:
-                cmd += ["--gc-threshold", str(args.gc_threshold)]
+            cmd += ["--metrics", metrics, "--cycles", str(args.cycles), "--config", args.config]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=os.environ).stdout
             row = json.loads(out.strip().splitlines()[-1])
             rows.append(row)
@@ -364,21 +412,15 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    gc_note = "" if args.gc_threshold is None else f", gc threshold {args.gc_threshold}"
     print(
-        f"collect -> snapshot -> engine.decide -> DecisionStore.publish; median of {args.runs} cycles per row{gc_note}"
+        "collect -> snapshot -> decide (as the reconciler: state carried, GC paused) -> DecisionStore.publish; "
+        f"median of {args.runs} cycles per row (wall ms per stage, CPU ms in total)"
     )
     print(table(rows))
-    for r in rows:
-        if r["profile"]:
-            print(f"\n== engine.decide profile at {r['vas']} VAs, {r['metrics']} (cumulative)\n{r['profile']}")
-    print(
-        json.dumps(
-            {"benchmark": "collect_cycle", "rows": [{k: v for k, v in r.items() if k != "profile"} for r in rows]}
-        )
-    )
-    return 0
+    document = {"benchmark": "collect_cycle", "rows": rows}
+    print(json.dumps(document))
+    return document
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

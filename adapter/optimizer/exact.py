@@ -29,10 +29,15 @@ Deterministic: the solver's work is bounded by a number of branch-and-bound node
 recorded cycle replays bit for bit (with a time limit, a slower or busier machine explored fewer nodes and could
 keep a different incumbent). HiGHS itself is deterministic (fixed random seed, no time-dependent choices). When
 the limit is reached, the best incumbent is used (feasible, within the bound's gap) and the decision says so.
-The limit bounds work, not time: one program's time grows with its size. A cycle of 1,000 VAs with the limiter
-on (two programs of ~820 columns) costs ~1.1 s of CPU in `make bench`, mostly HiGHS's root node, which the
-former 1 s time budget cut short on a busy machine (0.65-0.77 s of CPU there, and a different incumbent on a
-faster one); 5, 20 or 50 nodes cost the same there, 200 twice as much.
+The limit bounds work, not time: one program's time grows with its size, mostly HiGHS's root node (at 1,000
+VAs, 5, 20 or 50 nodes cost the same, 200 twice as much; the former 1 s time budget cut that root short on a
+busy machine and kept a different incumbent on a faster one). `solve` keeps the programs small
+(issue 22): a program per set of requests sharing a constrained pool, and within it the pool rows only when
+the GPUs do not suffice (see `solve`). At 1,000 VAs (tests/bench_pipeline.py, all models on two pools) a
+decide in exact mode takes ~0.3 s when the pools have room for the relaxed optimum (0.12 s of it the one
+block-diagonal program) and ~1.2 s when every pool is over-full and the joint program of all 820 requests
+must be solved (it then also reaches the node limit); the generated fleets of `make bench` keep their cost
+(exact/greedy 0.747 in the median fleet, the same as before the decomposition).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_array
 
 from adapter.domain.capacity import VariantSupply
 
@@ -73,19 +79,41 @@ def solve(
 ) -> Solution | None:
     """Targets per request and variant (variants of unknown capacity keep their current count), or None.
 
-    Requests that share no constrained GPU pool are independent, so each connected component is its own,
-    much smaller, program (without the limiter every request is its own component), each bounded by
-    `node_limit` branch-and-bound nodes."""
+    Decomposed (issue 22): requests that share no constrained GPU pool are independent, so each connected
+    component is its own program. Within a component the program is first solved without its pool rows: then every
+    request stands alone, and all of them are one block-diagonal program (one solver call, not one per request:
+    a call costs ~8 ms). If that allocation fits every pool, it is also the optimum with the pool rows (the
+    program without them is a relaxation of the one with them; a relaxation's optimum that is feasible for the
+    original is optimal for it), and the second program is never built. Only a component whose relaxed optimum
+    overruns a pool is solved again with its pool rows. So the exact mode costs about one block-diagonal program
+    while the GPUs suffice, and the joint program of the requests sharing the pools when they do not. Each program
+    is bounded by `node_limit` branch-and-bound nodes."""
     out: dict[tuple[str, ...], dict[str, int]] = {}
     optimal = True
-    for component in _components(requests, gpus_free):
-        solved = _solve_component(component, gpus_free=gpus_free, node_limit=node_limit)
+    components = _components(requests, gpus_free) if gpus_free is not None else [list(requests)]
+    for component in components:
+        solved = _solve_component(component, gpus_free=None, node_limit=node_limit)
+        if gpus_free is not None and not (solved is not None and solved[1] and _fits(component, solved[0], gpus_free)):
+            solved = _solve_component(component, gpus_free=gpus_free, node_limit=node_limit)
         if solved is None:
             return None
         targets, proven = solved
         out.update(targets)
         optimal = optimal and proven
     return Solution(out, optimal)
+
+
+def _fits(
+    requests: Sequence[ExactRequest], targets: Mapping[tuple[str, ...], Mapping[str, int]], gpus_free: Mapping[str, int]
+) -> bool:
+    """Whether `targets` satisfy every pool row of `_solve_component` (GPUs added <= free, per pool)."""
+    added: dict[str, int] = {}
+    for request in requests:
+        for v in request.variants:
+            if v.per_replica_capacity > 0 and v.accelerator in gpus_free:
+                change = (targets[request.key][v.name] - v.current_replicas) * max(1, v.gpus_per_replica)
+                added[v.accelerator] = added.get(v.accelerator, 0) + change
+    return all(added_gpus <= gpus_free[pool] for pool, added_gpus in added.items())
 
 
 def _components(requests: Sequence[ExactRequest], gpus_free: Mapping[str, int] | None) -> list[list[ExactRequest]]:
@@ -124,44 +152,46 @@ def _solve_component(
     n_x, n_u = len(columns), len(requests)
     penalty = 1 + 1000 * max(v.cost / v.per_replica_capacity for _, v in columns)
     c = np.concatenate([np.array([v.cost for _, v in columns], dtype=float), np.full(n_u, penalty)])
-    rows: list[np.ndarray] = []
+    # The constraint matrix, sparse (rows x columns would be 820 x 2,460 dense at 1,000 VAs, mostly zeros):
+    # entries as (row, column, value), built in one pass over the columns.
+    entries: list[tuple[int, int, float]] = []
     lower: list[float] = []
     upper: list[float] = []
+    by_request: dict[int, list[int]] = {}
+    for j, (owner, _) in enumerate(columns):
+        by_request.setdefault(owner, []).append(j)
     for r_index, request in enumerate(requests):
-        cover = np.zeros(n_x + n_u)
-        serve = np.zeros(n_x + n_u)
-        max_total = serving = 0
-        for j, (owner, v) in enumerate(columns):
-            if owner == r_index:
-                cover[j] = v.per_replica_capacity
-                serve[j] = 1
-                max_total += v.max_replicas
-                serving += v.current_replicas
-        cover[n_x + r_index] = 1
-        rows.append(cover)
+        own = by_request.get(r_index, [])
+        cover_row = len(lower)
+        entries.extend((cover_row, j, columns[j][1].per_replica_capacity) for j in own)
+        entries.append((cover_row, n_x + r_index, 1.0))
         lower.append(request.demand)
         upper.append(math.inf)
+        max_total = sum(columns[j][1].max_replicas for j in own)
+        serving = sum(columns[j][1].current_replicas for j in own)
         if request.demand > 0 and max_total >= 1 and serving >= 1:
-            rows.append(serve)
+            serve_row = len(lower)
+            entries.extend((serve_row, j, 1.0) for j in own)
             lower.append(1)
             upper.append(math.inf)
     if gpus_free is not None:
         for pool in sorted({v.accelerator for _, v in columns if v.accelerator in gpus_free}):
-            row = np.zeros(n_x + n_u)
+            pool_row = len(lower)
             held = 0
             for j, (_, v) in enumerate(columns):
                 if v.accelerator == pool:
-                    row[j] = max(1, v.gpus_per_replica)
+                    entries.append((pool_row, j, float(max(1, v.gpus_per_replica))))
                     held += v.current_replicas * max(1, v.gpus_per_replica)
-            rows.append(row)
             lower.append(-math.inf)
             upper.append(gpus_free[pool] + held)
+    row_index, column_index, values = zip(*entries, strict=True)
+    matrix = coo_array((values, (row_index, column_index)), shape=(len(lower), n_x + n_u))
     lo = np.array([min(v.min_replicas, v.max_replicas) for _, v in columns] + [0] * n_u, dtype=float)
     hi = np.array([v.max_replicas for _, v in columns] + [math.inf] * n_u, dtype=float)
     integrality = np.concatenate([np.ones(n_x), np.zeros(n_u)])
     result = milp(
         c,
-        constraints=LinearConstraint(np.array(rows), np.array(lower), np.array(upper)),
+        constraints=LinearConstraint(matrix, np.array(lower), np.array(upper)),
         integrality=integrality,
         bounds=Bounds(lo, hi),
         options={"node_limit": node_limit, "mip_rel_gap": MIP_REL_GAP},

@@ -27,8 +27,9 @@ from adapter.domain.cluster import ClusterView, Collection
 from adapter.domain.decision import CycleResult, VariantDecision
 from adapter.domain.errors import AdapterError
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import Condition, ConditionType, VariantStatus
+from adapter.domain.snapshot import Condition, ConditionType, Snapshot, VariantStatus
 from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries, wake_snapshot
+from adapter.reconciler.gcpause import GcPause
 from adapter.reconciler.ports import (
     ClusterSource,
     CycleObserver,
@@ -124,7 +125,7 @@ class Reconciler:
             collection = await self._collect(view, configmaps)
             snapshot = build_snapshot(view, collection, now_s=now_s)
             state_before = self._state
-            result, self._state = engine.decide(snapshot, self._state, EngineConfig(configmaps=configmaps), now_s)
+            result, self._state = decide_cycle(snapshot, self._state, EngineConfig(configmaps=configmaps), now_s)
         except Exception:
             log.exception("engine cycle failed; serving the previous decisions")
             if self._observer is not None:
@@ -284,6 +285,15 @@ class Reconciler:
                 log.exception("scale-from-zero poll failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self._options.wake_interval_s)
+
+
+def decide_cycle(
+    snapshot: Snapshot, state: engine.EngineState, config: EngineConfig, now_s: float
+) -> tuple[CycleResult, engine.EngineState]:
+    """`engine.decide` as every cycle runs it: with the cyclic GC paused (adapter/reconciler/gcpause.py says
+    why; at 10,000 VAs it is a third of decide's CPU and the reason decide grew faster than the fleet)."""
+    with GcPause():
+        return engine.decide(snapshot, state, config, now_s)
 
 
 def servable(decisions: Mapping[VariantKey, VariantDecision], view: ClusterView) -> dict[VariantKey, VariantDecision]:

@@ -21,11 +21,13 @@ Wire contract (DESIGN §3.5; research k8s-metrics-keda-hpa §1):
 - Errors are `metav1.Status` JSON: 400 bad selector, 401 no trusted identity, 403 denied, 404 unknown
   metric or path, 405 other verbs, 500 anything unexpected (logged; never aiohttp's bare page).
 
-Request path: authenticate (requestheader, see `adapter.servers.auth`) → authorize (`system:masters`
-always allowed, then the Authorizer; SAR verb `list`, resource = the metric) → answer from memory. No I/O
-beyond the (cached) authorizer. Bodies are rendered once per (namespace, metric, selector) and re-used
-until one of the served decisions is replaced in the store: the steady state is a dict lookup plus an
-identity check, so the server stays close to a bare aiohttp handler (see tests/servers for the numbers).
+Request path: authenticate (requestheader, then bearer tokens: see `adapter.servers.auth`) → authorize
+(`system:masters` always allowed, then the Authorizer; SAR verb `list`, resource = the metric, decisions cached
+with a TTL by `CachingAuthorizer`) → answer from memory. No I/O beyond the (cached) reviews. The steady state
+awaits nothing: the front-proxy check and a cached authorization answer synchronously, the verified client
+certificate is read once per connection. Bodies are encoded once per (namespace, metric, selector) and sent as
+they are until the store is written again (`DecisionReader.writes`: any publish invalidates them), so a request
+costs one integer comparison on top of routing (tests/servers/em_bench.py measures it against a bare handler).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,7 +48,16 @@ from adapter.domain.errors import BadRequest, Forbidden, NotFound, ServeError, U
 from adapter.domain.ids import VariantKey
 from adapter.domain.text import plain, quote
 from adapter.domain.timefmt import format_rfc3339
-from adapter.servers.auth import Authenticator, Authorizer, RequestAttributes, UserInfo
+from adapter.servers.auth import (
+    Authenticator,
+    Authorizer,
+    CachingAuthorizer,
+    PeerCert,
+    RequestAttributes,
+    RequestHeaderAuthenticator,
+    UnionAuthenticator,
+    UserInfo,
+)
 from adapter.servers.gate import Gate, GateLimits, SslContext
 from adapter.servers.quantity import format_quantity
 from adapter.servers.selector import Selector, parse_selector
@@ -185,23 +197,11 @@ def _discovery_documents() -> tuple[bytes, bytes, bytes]:
 
 @dataclass(frozen=True, slots=True)
 class _Rendered:
-    """A rendered list body and the exact store entries it was rendered from (the cache's validity).
+    """A rendered list body and the store's write count it was rendered at (the cache's validity: any write,
+    a publish included, invalidates it, so the steady state costs one integer comparison per request)."""
 
-    `pinned` are the variants the selector pins by `variant_name` (looked up one by one), or None when
-    the whole namespace had to be listed.
-    """
-
-    pinned: tuple[VariantKey, ...] | None
-    sources: tuple[StoredDecision, ...]
+    writes: int
     body: bytes
-
-
-def _same_sources(cached: tuple[StoredDecision, ...], current: Sequence[StoredDecision]) -> bool:
-    if len(cached) != len(current):
-        return False
-    # The store replaces an entry object on every publish, so identity is the fast, exact check;
-    # equality covers readers that build fresh (equal) objects per call.
-    return all(a is b or a == b for a, b in zip(cached, current, strict=True))
 
 
 def _labels(decision: VariantDecision) -> dict[str, str]:
@@ -237,6 +237,11 @@ class _ExternalMetricsAPI:
         self._selectors: dict[str, Selector] = {}
         self._rendered: dict[tuple[str, str, str], _Rendered] = {}
         self._attributes: dict[tuple[str, str], RequestAttributes] = {}
+        self._peer_certs: weakref.WeakKeyDictionary[object, PeerCert | None] = weakref.WeakKeyDictionary()
+        """The verified client certificate by connection: one TLS connection carries many requests, and
+        `getpeercert()` builds a new dict on every call."""
+        self._quick_user = _quick_authentication(authenticator)
+        self._cached_decision = authorizer.cached if isinstance(authorizer, CachingAuthorizer) else None
         self._group_list, self._group, self._resource_list = _discovery_documents()
 
     # --- middleware: identity, permission, errors --------------------------------------------------------
@@ -262,8 +267,7 @@ class _ExternalMetricsAPI:
             )
         if observer is not None:
             self._observe(observer, request, response.status, self._clock() - started_s)
-        transport = request.transport
-        if transport is None or not transport.get_extra_info("peercert"):
+        if not self._peer_cert(request):
             # An unauthenticated connection gets one request (adapter.servers.gate), so that every request it
             # sends passes the gate's checks; the aggregator's (a verified client certificate) stay alive.
             response.force_close()
@@ -278,23 +282,46 @@ class _ExternalMetricsAPI:
             _log.exception("external metrics: the request observer failed")
 
     async def _check_access(self, request: web.Request) -> None:
+        """Authenticate, then authorize. The steady state (the same HPA through the same aggregator connection,
+        its decision cached) runs without creating a coroutine: the front-proxy check and a cached
+        authorization answer synchronously; anything else takes the awaited path."""
         user = ANONYMOUS
-        if self._authenticator is not None:
-            transport = request.transport
-            peer_cert = None if transport is None else transport.get_extra_info("peercert")
-            authenticated = await self._authenticator.authenticate(peer_cert=peer_cert, headers=request.headers)
+        authenticator = self._authenticator
+        if authenticator is not None:
+            peer_cert = self._peer_cert(request)
+            headers = request.headers
+            quick = self._quick_user
+            authenticated = None if quick is None else quick(peer_cert=peer_cert, headers=headers)
+            if authenticated is None:
+                authenticated = await authenticator.authenticate(peer_cert=peer_cert, headers=headers)
             if authenticated is None:
                 raise Unauthorized("Unauthorized")
             user = authenticated
-        if self._authorizer is None or not self._always_allow.isdisjoint(user.groups):
+        authorizer = self._authorizer
+        if authorizer is None or not self._always_allow.isdisjoint(user.groups):
             return
         method, path = request.method, request.path
         attributes = self._attributes.get((method, path))
         if attributes is None:
             attributes = _attributes(method, path)  # BadRequest for a namespace no object can live in
             self._remember(self._attributes, (method, path), attributes)
-        if not await self._authorizer.authorize(user, attributes):
+        cached = self._cached_decision
+        allowed = None if cached is None else cached(user, attributes)
+        if allowed is None:
+            allowed = await authorizer.authorize(user, attributes)
+        if not allowed:
             raise _forbidden(user, attributes)
+
+    def _peer_cert(self, request: web.Request) -> PeerCert | None:
+        transport = request.transport
+        if transport is None:
+            return None
+        try:
+            return self._peer_certs[transport]
+        except KeyError:
+            peer_cert: PeerCert | None = transport.get_extra_info("peercert")
+            self._peer_certs[transport] = peer_cert
+            return peer_cert
 
     def _error_response(self, exc: ServeError) -> web.Response:
         details = getattr(exc, "details", None)
@@ -345,16 +372,18 @@ class _ExternalMetricsAPI:
         match_info = request.match_info
         namespace = match_info["namespace"]
         metric_name = match_info["metric"]
-        # Hot path: the HPA repeats the same few requests; the raw query string keys the rendered body.
+        # Hot path: the HPA repeats the same few requests; the raw query string keys the rendered body, valid
+        # until the store is written (read the count before rendering: a write meanwhile re-renders next time).
         key = (namespace, metric_name, request.query_string)
+        writes = self._reader.writes
         cached = self._rendered.get(key)
-        if cached is None or not _same_sources(cached.sources, self._fetch(namespace, cached.pinned)):
+        if cached is None or cached.writes != writes:
             _check_namespace(namespace)
             try:
                 metric = ServedMetric(metric_name)
             except ValueError:
                 raise NotFound(f"the server could not find the metric {plain(metric_name, 80)} for {GROUP}") from None
-            cached = self._render(namespace, metric, request.query.get("labelSelector", ""))
+            cached = _Rendered(writes, self._render(namespace, metric, request.query.get("labelSelector", "")))
             self._remember(self._rendered, key, cached)
         return web.Response(body=cached.body, content_type=_JSON)
 
@@ -373,11 +402,10 @@ class _ExternalMetricsAPI:
         get = self._reader.get
         return [entry for entry in map(get, pinned) if entry is not None]
 
-    def _render(self, namespace: str, metric: ServedMetric, raw_selector: str) -> _Rendered:
+    def _render(self, namespace: str, metric: ServedMetric, raw_selector: str) -> bytes:
         selector = self._selector(raw_selector)
         names = selector.required_values(LABEL_VARIANT)
         pinned = None if names is None else tuple(VariantKey(namespace, name) for name in sorted(names))
-        candidates = self._fetch(namespace, pinned)
         value_of = metric.value_of
         items = [
             {
@@ -386,11 +414,10 @@ class _ExternalMetricsAPI:
                 "timestamp": format_rfc3339(entry.decided_at_s),
                 "value": format_quantity(value),
             }
-            for entry in candidates
+            for entry in self._fetch(namespace, pinned)
             if selector.matches(labels := _labels(entry.decision)) and (value := value_of(entry.decision)) is not None
         ]
-        body = _dumps({"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items})
-        return _Rendered(pinned, tuple(candidates), body)
+        return _dumps({"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items})
 
     def _remember(self, cache: dict[Any, Any], key: Any, value: Any) -> None:
         """Bounded insert: a client cycling through random selectors cannot grow memory without limit."""
@@ -402,6 +429,15 @@ class _ExternalMetricsAPI:
 def _check_namespace(namespace: str) -> None:
     if not is_dns1123_label(namespace):
         raise BadRequest(f"namespace {quote(namespace, 80)} is invalid: {LABEL_RULE}")
+
+
+def _quick_authentication(authenticator: Authenticator | None) -> Callable[..., UserInfo | None] | None:
+    """The authenticator's synchronous answer, where it has one (the front proxy's), else None."""
+    if isinstance(authenticator, RequestHeaderAuthenticator):
+        return authenticator.authenticate_sync
+    if isinstance(authenticator, UnionAuthenticator):
+        return authenticator.quick
+    return None
 
 
 def _attributes(method: str, path: str) -> RequestAttributes:

@@ -149,7 +149,7 @@ def extrapolated_deltas(
     to_start = np.full(first.shape, times_s[0] - start_s)
     clamp = (delta > 0) & (first >= 0)
     if clamp.any():  # a counter cannot extrapolate below zero
-        zero_at = sampled * first / np.where(clamp, delta, 1.0)
+        zero_at = sampled * (first / np.where(clamp, delta, 1.0))  # as the scalar rule: a tie at the threshold
         to_start = np.where(clamp, np.minimum(to_start, zero_at), to_start)
     to_end = end_s - times_s[-1]
     extended = sampled + np.where(to_start < threshold, to_start, average / 2)

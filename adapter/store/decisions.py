@@ -60,6 +60,12 @@ class DecisionReader(Protocol):
     @property
     def version(self) -> int: ...
 
+    @property
+    def writes(self) -> int:
+        """Counts every write (a publish, an upsert, a removal), even one that only refreshes a decision's time
+        and reason: what a reader's cache of rendered answers is valid for."""
+        ...
+
     def get(self, key: VariantKey) -> StoredDecision | None: ...
 
     def list(self, namespace: str | None = None) -> list[StoredDecision]: ...
@@ -77,12 +83,17 @@ class DecisionStore:
         self._lock = threading.Lock()
         self._entries: dict[VariantKey, StoredDecision] = {}
         self._version = 0
+        self._writes = 0
         self._listeners: builtins.list[Listener] = []
         self._figures = EMPTY_FIGURES
 
     @property
     def version(self) -> int:
         return self._version
+
+    @property
+    def writes(self) -> int:
+        return self._writes
 
     @property
     def figures(self) -> CycleFigures:
@@ -119,6 +130,7 @@ class DecisionStore:
         Returns the keys whose served values changed (added, removed, or different desired/current).
         """
         with self._lock:
+            self._writes += 1
             changed = set(self._entries) - set(decisions)
             for key in changed:
                 del self._entries[key]
@@ -132,6 +144,7 @@ class DecisionStore:
     def upsert(self, decisions: Iterable[VariantDecision], *, now_s: float) -> frozenset[VariantKey]:
         """Add or replace some decisions, leaving the rest (scale-from-zero publishes one VA at once)."""
         with self._lock:
+            self._writes += 1
             changed = {d.key for d in decisions if self._put(d.key, d, now_s)}
             listeners = list(self._listeners)
         return self._notify(frozenset(changed), listeners)
@@ -140,6 +153,7 @@ class DecisionStore:
         with self._lock:
             if self._entries.pop(key, None) is None:
                 return False
+            self._writes += 1
             self._version += 1
             listeners = list(self._listeners)
         self._notify(frozenset({key}), listeners)

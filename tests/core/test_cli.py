@@ -93,6 +93,28 @@ def test_replay_of_a_multi_cycle_fixture_carries_status_between_cycles(fixture):
     assert len(doc["cycles"]) >= 4
 
 
+@pytest.mark.parametrize("count", [1, 3], ids=["one-fixture", "several-fixtures"])
+def test_replay_streams_exactly_the_document_run_builds(count, tmp_path):
+    """The CLI writes the result cycle by cycle (issue 22: one cycle's result in memory at a time); the text is
+    byte for byte `json.dumps` of the whole document, for one fixture (an object) and several (a list), passing
+    and failing ones (mismatches in the middle), multi-cycle ones included."""
+    from adapter.replay import fixture, runner
+
+    failing = json.loads(SCALE_UP.read_text())
+    failing["cycles"][0]["expect"]["llm/v1-l4"] = {"desired_replicas": 2}
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(failing))
+    multi = sorted(p for p in CORE_FIXTURES.glob("*.json") if not p.name.startswith("v2-"))[0]
+    paths = [multi, wrong, SCALE_UP][:count]
+    documents = []
+    for path in paths:
+        fx, vas = fixture.load(path)
+        documents.append({**runner.run(fx, vas), "fixture": rel(path) if path != wrong else str(wrong)})
+    result = wva("replay", *(rel(p) if p != wrong else p for p in paths))
+    expected = documents[0] if count == 1 else documents
+    assert result.stdout == json.dumps(expected, indent=2) + "\n"
+
+
 def test_the_core_fixtures_exist():
     names = {p.name for p in CORE_FIXTURES.glob("*.json")}
     assert {

@@ -430,7 +430,7 @@ async def test_query_returns_named_samples(fake: FakePrometheus, collector: Prom
 def test_gc_pause_is_reentrant_and_restores_the_previous_state() -> None:
     import gc
 
-    from adapter.metrics.collector import _GcPause
+    from adapter.reconciler.gcpause import GcPause as _GcPause
 
     assert gc.isenabled()
     with _GcPause():

@@ -193,6 +193,10 @@ class EmFailingReader:
     def version(self) -> int:
         return 0
 
+    @property
+    def writes(self) -> int:
+        return 0
+
     def get(self, key: VariantKey) -> StoredDecision | None:
         raise RuntimeError(f"injected failure reading {key}")
 

@@ -213,7 +213,8 @@ async def _benchmark(directory: Path, *, seconds: float, rounds: int, connection
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Print the figures and return them (tests/bench.py's summary reads them); `--check` exits 1 on a miss."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
@@ -224,16 +225,17 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.loadgen:
         print(json.dumps(asyncio.run(_load(json.loads(options.loadgen)))))
-        return 0
+        return {}
     result = asyncio.run(
         benchmark(seconds=options.seconds, rounds=options.rounds, connections=options.connections, auth=options.auth)
     )
     print(json.dumps(result, indent=2))
     if options.check:
         ratio = max(result["rps_ratio"], result["cpu_ratio"])
-        return 0 if ratio >= 0.7 and result["paced_500rps"]["p99_ms"] < 5.0 else 1
-    return 0
+        if not (ratio >= 0.7 and result["paced_500rps"]["p99_ms"] < 5.0):
+            sys.exit(1)
+    return result
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

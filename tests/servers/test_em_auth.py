@@ -18,6 +18,7 @@ from adapter.servers.auth import (
     RequestAttributes,
     RequestHeaderAuthenticator,
     RequestHeaderConfig,
+    UnionAuthenticator,
     UserInfo,
     peer_common_name,
     requestheader_config_from_configmap,
@@ -151,6 +152,24 @@ def test_authenticator_reads_headers_case_insensitively(em_pki: EmPki) -> None:
         groups=("g1", "g2", "system:authenticated"),
         extra=(("bad%zzkey", ("kept",)), ("scopes", ("a", "b"))),
     )
+
+
+class _NeverAsked:
+    async def authenticate(self, *, peer_cert: Any, headers: Any) -> UserInfo | None:
+        raise AssertionError("the second authenticator is not asked synchronously")
+
+
+async def test_union_quick_answers_only_what_the_front_proxy_vouches_for(em_pki: EmPki) -> None:
+    """`quick` is the union's answer when the front proxy vouches (it is first, so it wins), and None (ask
+    `authenticate`) when it does not, or when the first authenticator cannot answer synchronously."""
+    proxy = RequestHeaderAuthenticator(RequestHeaderConfig(em_pki.front_proxy_ca_pem.decode()))
+    union = UnionAuthenticator(proxy, _NeverAsked())
+    proxied = CIMultiDict([("X-Remote-User", "hpa")])
+    quick = union.quick(peer_cert=PROXY_PEER, headers=proxied)
+    assert quick is not None
+    assert quick == await proxy.authenticate(peer_cert=PROXY_PEER, headers=proxied)
+    assert union.quick(peer_cert=None, headers=CIMultiDict([("Authorization", "Bearer t")])) is None
+    assert UnionAuthenticator(_NeverAsked(), proxy).quick(peer_cert=PROXY_PEER, headers=proxied) is None
 
 
 def test_authenticator_does_not_duplicate_the_authenticated_group(em_pki: EmPki) -> None:
@@ -414,6 +433,20 @@ async def test_cached_authorizer_over_http(em_serve: EmServe, em_pki: EmPki) -> 
         server.port, METRIC_PATH, ca_pem=server.ca_pem, client_cert=em_pki.proxy_client, headers=HPA_HEADERS
     )
     assert len(inner.calls) == 2
+
+
+async def test_cached_denial_over_http_is_403_without_a_review(em_serve: EmServe, em_pki: EmPki) -> None:
+    """The synchronous path (a cached decision read without awaiting) denies as the awaited one does."""
+    inner = EmRecordingAuthorizer(allowed_resources=frozenset())
+    clock = EmFakeClock()
+    server = await serve_with_auth(em_serve, em_pki, CachingAuthorizer(inner, clock=clock))
+    for _ in range(3):
+        response = await em_request(
+            server.port, METRIC_PATH, ca_pem=server.ca_pem, client_cert=em_pki.proxy_client, headers=HPA_HEADERS
+        )
+        assert response.status == 403
+        assert response.json()["reason"] == "Forbidden"
+    assert len(inner.calls) == 1
 
 
 # --- CachingAuthorizer -------------------------------------------------------------------------------------

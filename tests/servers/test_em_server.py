@@ -332,10 +332,31 @@ class CountingStore(DecisionStore):
     def __init__(self) -> None:
         super().__init__()
         self.lists = 0
+        self.gets = 0
 
     def list(self, namespace: str | None = None) -> list[Any]:
         self.lists += 1
         return super().list(namespace)
+
+    def get(self, key: VariantKey) -> Any:
+        self.gets += 1
+        return super().get(key)
+
+
+async def test_body_is_encoded_once_per_write(em_serve: EmServe) -> None:
+    """Between two writes of the store a repeated request reads nothing from it: the body encoded at the first
+    request is sent as it is; any write (a publish that only refreshes the time included) re-encodes it."""
+    store = CountingStore()
+    store.publish({VariantKey(EM_NS, "a"): em_decision("a", desired=2, current=2)}, now_s=EM_T0_S)
+    server = await em_serve(store)
+    path = metric_path("wva_desired_replicas", "variant_name=a")
+    for _ in range(5):
+        assert (await get_json(server, path))["items"][0]["value"] == "2"
+    assert store.gets == 1
+    store.publish({VariantKey(EM_NS, "a"): em_decision("a", desired=2, current=2)}, now_s=EM_T0_S + 30)
+    for _ in range(3):
+        assert (await get_json(server, path))["items"][0]["timestamp"] == "2026-01-01T00:00:30Z"
+    assert store.gets == 2
 
 
 async def test_variant_name_selector_avoids_listing_the_namespace(em_serve: EmServe) -> None:

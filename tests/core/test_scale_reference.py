@@ -1,0 +1,167 @@
+"""Issue 22 made the cycle faster without changing a decision: the optimised pieces of decide agree with the code
+they replaced (kept here as references), and a whole cycle — optimised collector and decide — gives the same
+decisions as the previous collector and decide on generated fleets.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from operator import attrgetter
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapter import engine
+from adapter.config.configmaps import ConfigSet
+from adapter.config.engine import EngineConfig
+from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.snapshot import (
+    DesiredAlloc,
+    PodMetrics,
+    ScaleTarget,
+    Snapshot,
+    VariantSpec,
+    VariantStatus,
+    VariantView,
+)
+from adapter.engine import analyze
+from adapter.metrics.collector import assemble
+from adapter.reconciler.loop import decide_cycle
+from tests.metrics import reference_collector
+from tests.metrics.test_collector_reference import generated_cycle
+
+# ---- the replaced code ------------------------------------------------------------------------------------
+
+
+def reference_pods_by_variant(snapshot: Snapshot) -> dict[VariantKey, list[PodMetrics]]:
+    """`Snapshot.pods_by_variant` before issue 22."""
+    out: dict[VariantKey, list[PodMetrics]] = {}
+    for pod in sorted(snapshot.pods, key=attrgetter("namespace", "variant", "pod")):
+        out.setdefault(VariantKey(pod.namespace, pod.variant), []).append(pod)
+    return out
+
+
+def reference_usable(pod: PodMetrics) -> bool:
+    """`engine.analyze._usable` before issue 22."""
+    return (
+        all(value is None or (math.isfinite(value) and value >= 0) for value in (pod.kv_cache_usage, pod.queue_length))
+        and pod.has_saturation_metrics
+    )
+
+
+@contextmanager
+def previous_decide() -> Iterator[None]:
+    with (
+        mock.patch.object(Snapshot, "pods_by_variant", reference_pods_by_variant),
+        mock.patch.object(analyze, "_usable", reference_usable),
+    ):
+        yield
+
+
+# ---- the pieces --------------------------------------------------------------------------------------------
+
+READINGS = st.one_of(
+    st.none(),
+    st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 0.0, -1.0, 1e-300]),
+    st.floats(min_value=-2, max_value=50),
+)
+PODS = st.lists(
+    st.builds(
+        PodMetrics,
+        namespace=st.sampled_from(["a", "b", "c"]),
+        pod=st.text("xyz0123", min_size=1, max_size=4),
+        variant=st.sampled_from(["v1", "v2", "w"]),
+        kv_cache_usage=READINGS,
+        queue_length=READINGS,
+    ),
+    max_size=40,
+)
+
+
+@given(PODS)
+def test_pods_by_variant_equals_the_reference(pods: list[PodMetrics]) -> None:
+    snapshot = Snapshot(0.0, (), tuple(pods))
+    got, want = snapshot.pods_by_variant(), reference_pods_by_variant(snapshot)
+    assert list(got.items()) == list(want.items())  # same groups, same order within and between them
+
+
+@given(READINGS, READINGS)
+def test_usable_equals_the_reference(kv: float | None, queue: float | None) -> None:
+    pod = PodMetrics("ns", "p", "v", kv_cache_usage=kv, queue_length=queue)
+    assert analyze._usable(pod) == reference_usable(pod)
+
+
+# ---- a whole cycle -----------------------------------------------------------------------------------------
+
+SATURATION = ("workload-variant-autoscaler-system", "wva-saturation-scaling-config")
+
+
+def views_for(seed: int, pod_variants: dict[tuple[str, str], str], models: list[ModelKey]) -> tuple[VariantView, ...]:
+    """A VA per variant the pods name (model from the variant's name), some with a previous decision."""
+    rng = random.Random(seed)
+    out = []
+    for namespace, variant in sorted({(ns, v) for (ns, _), v in pod_variants.items()}):
+        model = ModelKey(namespace, "org/" + variant.rsplit("-v", 1)[0])  # generated_cycle names them so
+        assert model in models
+        replicas = sum(1 for (ns, _), v in pod_variants.items() if (ns, v) == (namespace, variant))
+        status = (
+            VariantStatus(desired=DesiredAlloc(replicas + rng.randint(-1, 1), "steady", -30.0, -900.0))
+            if rng.random() < 0.5
+            else VariantStatus()
+        )
+        out.append(
+            VariantView(
+                VariantSpec(
+                    VariantKey(namespace, variant),
+                    model.model_id,
+                    "Deployment",
+                    variant,
+                    min_replicas=rng.choice((0, 1)),
+                    max_replicas=8,
+                    cost=rng.choice((1.0, 2.5, 4.0)),
+                    accelerator=rng.choice(("A100", "L4")),
+                ),
+                status,
+                ScaleTarget("Deployment", namespace, variant, replicas, replicas),
+            )
+        )
+    return tuple(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32 - 1), st.sampled_from(["v1", "v2"]))
+def test_a_cycle_decides_as_before(seed: int, analyzer: str) -> None:
+    models, pod_variants, outcomes = generated_cycle(seed)
+    if not pod_variants:
+        return
+    views = views_for(seed, pod_variants, [m.key for m in models])
+    entry = "kvCacheThreshold: 0.8\nqueueLengthThreshold: 5\n" + (
+        "analyzerName: saturation\n" if analyzer == "v2" else ""
+    )
+    config = EngineConfig(configmaps=ConfigSet.from_raw([(*SATURATION, {"default": entry})]))
+
+    def decisions(collection: object) -> dict[VariantKey, object]:
+        snapshot = Snapshot(
+            1_000.0,
+            views,
+            collection.pods,  # type: ignore[attr-defined]
+            collection.models,  # type: ignore[attr-defined]
+            metrics_available=collection.available,  # type: ignore[attr-defined]
+            unavailable_models=collection.unavailable_models,  # type: ignore[attr-defined]
+        )
+        result, _ = engine.decide(snapshot, engine.EngineState(), config, 1_000.0)
+        return dict(result.decisions)
+
+    optimised = assemble(models, outcomes, pod_variants)
+    with previous_decide():
+        before = decisions(reference_collector.assemble(models, outcomes, pod_variants))
+    after = decisions(optimised)
+    assert after == before
+    snapshot = Snapshot(1_000.0, views, optimised.pods, optimised.models)
+    assert decide_cycle(snapshot, engine.EngineState(), config, 1_000.0)[0].decisions == dict(
+        engine.decide(snapshot, engine.EngineState(), config, 1_000.0)[0].decisions
+    ), "the GC pause changes nothing but time"
