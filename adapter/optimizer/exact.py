@@ -9,9 +9,15 @@ For each request r (a model, or one P/D role of it) that needs a change, with va
                 min_v <= n_v <= max_v,  n_v integer
 
 where D_r = Σ_v cap_v · current_v + required_r (scale-up) or − spare_r (scale-down), and the penalty
-P = 1 + 1000 · max_v(cost_v / cap_v) makes any unmet unit dearer than any capacity. Worked example: D = 10,000
-tokens, A (cost 5, 2,000 tokens) and B (cost 15, 8,000 tokens), nothing running: greedy buys 2 B (30, 16,000
-tokens); the MILP buys 1 B + 1 A (20, 10,000 tokens) — exactly covered, a third cheaper.
+P = 1 + 1000 · max_v(cost_v / cap_v) makes any unmet unit dearer than any capacity. A unit, not a replica: a
+fraction of a unit left unmet can cost less than the replica that would cover it (found by hypothesis: D short by
+0.34 tokens of a 400-token, $15 replica; 0.34 · P = $13 < $15, so the program left 0.34 unmet where greedy met
+all). So u_r is held at 0 where the variants' maxima can cover D_r and that is sound (`_solve_component`), and
+the penalty prices only what cannot be covered.
+
+Worked example: D = 10,000 tokens, A (cost 5, 2,000 tokens) and B (cost 15, 8,000 tokens), nothing running:
+greedy buys 2 B (30, 16,000 tokens); the MILP buys 1 B + 1 A (20, 10,000 tokens) — exactly covered, a third
+cheaper.
 
 "Keeps one" binds only a request that runs a replica now. A model at zero gets replicas through its unmet
 penalty like any other demand, and is woken by scale-from-zero (enforcer) otherwise; as a hard constraint it
@@ -142,6 +148,31 @@ def _components(requests: Sequence[ExactRequest], gpus_free: Mapping[str, int] |
 def _solve_component(
     requests: Sequence[ExactRequest], *, gpus_free: Mapping[str, int] | None, node_limit: int
 ) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
+    """The component's program with coverable demand held covered (u_r = 0) where that is sound, else with every
+    u_r priced (module docstring: a fraction of a unit unmet must not be cheaper than the replica that covers it).
+
+    Without pool rows the requests are independent, so each coverable one is held covered. With pool rows,
+    holding one request covered could take the GPUs that would cut another's shortfall by more; so the requests
+    are held covered only when all of them can be (then no unmet is the least there is, and the program finds
+    its cheapest cover), and priced when the pools make that infeasible."""
+    if gpus_free is None:
+        return _solve_program(requests, gpus_free=None, node_limit=node_limit, cover=True)
+    if all(_coverable(request) for request in requests):
+        solved = _solve_program(requests, gpus_free=gpus_free, node_limit=node_limit, cover=True)
+        if solved is not None:
+            return solved
+    return _solve_program(requests, gpus_free=gpus_free, node_limit=node_limit, cover=False)
+
+
+def _coverable(request: ExactRequest) -> bool:
+    """Whether the request's variants at their maxima supply its demand (variants of unknown capacity add none)."""
+    reachable = sum(v.per_replica_capacity * v.max_replicas for v in request.variants if v.per_replica_capacity > 0)
+    return reachable >= request.demand
+
+
+def _solve_program(
+    requests: Sequence[ExactRequest], *, gpus_free: Mapping[str, int] | None, node_limit: int, cover: bool
+) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
     columns: list[tuple[int, VariantSupply]] = []
     for r_index, request in enumerate(requests):
         for v in request.variants:
@@ -157,6 +188,7 @@ def _solve_component(
     entries: list[tuple[int, int, float]] = []
     lower: list[float] = []
     upper: list[float] = []
+    unmet_max: list[float] = []  # 0 where the variants' maxima can cover the demand (cover=True)
     by_request: dict[int, list[int]] = {}
     for j, (owner, _) in enumerate(columns):
         by_request.setdefault(owner, []).append(j)
@@ -167,6 +199,7 @@ def _solve_component(
         entries.append((cover_row, n_x + r_index, 1.0))
         lower.append(request.demand)
         upper.append(math.inf)
+        unmet_max.append(0.0 if cover and _coverable(request) else math.inf)
         max_total = sum(columns[j][1].max_replicas for j in own)
         serving = sum(columns[j][1].current_replicas for j in own)
         if request.demand > 0 and max_total >= 1 and serving >= 1:
@@ -187,7 +220,7 @@ def _solve_component(
     row_index, column_index, values = zip(*entries, strict=True)
     matrix = coo_array((values, (row_index, column_index)), shape=(len(lower), n_x + n_u))
     lo = np.array([min(v.min_replicas, v.max_replicas) for _, v in columns] + [0] * n_u, dtype=float)
-    hi = np.array([v.max_replicas for _, v in columns] + [math.inf] * n_u, dtype=float)
+    hi = np.array([v.max_replicas for _, v in columns] + unmet_max, dtype=float)
     integrality = np.concatenate([np.ones(n_x), np.zeros(n_u)])
     result = milp(
         c,

@@ -226,22 +226,47 @@ def test_exact_keeps_the_last_serving_replica_of_a_model_with_demand() -> None:
     assert out[A].targets == {"a": 1}
 
 
+def test_exact_never_leaves_a_fraction_unmet_that_a_replica_would_cover() -> None:
+    """Found by hypothesis: 0.34 tokens short of a $15, 400-token replica, the penalty of the unmet fraction
+    (0.34 · P, P = 1 + 1000 · 15/400 = 38.5: $13) was cheaper than the replica, so the program left it unmet where
+    greedy met all. Demand the variants' maxima can cover is now held covered."""
+    s = signal(
+        A,
+        supply("a100", cost=15, cap=900, current=3, lo=2, hi=7),
+        supply("l4", cost=15, cap=400, current=3, lo=2, hi=4, accel="L4"),
+        required=1400.34,
+    )
+    exact = allocate([s], mode=AllocationMode(exact=True), gpus=GpuPools({}, uses_of(s)))
+    supplied = 900 * exact[A].targets["a100"] + 400 * exact[A].targets["l4"]
+    assert exact[A].unmet == 0
+    assert supplied >= 3 * 900 + 3 * 400 + 1400.34
+    assert 15 * sum(exact[A].targets.values()) == 120  # 8 replicas: 5 + 3 or 6 + 2, the cheapest cover
+
+
+def test_exact_still_prices_what_no_replica_count_can_cover() -> None:
+    s = signal(A, supply("a", cost=1, cap=100, hi=3), required=1000)
+    out = allocate([s], mode=AllocationMode(exact=True), gpus=GpuPools({}, uses_of(s)))
+    assert out[A].targets == {"a": 3}
+    assert out[A].unmet == pytest.approx(700)
+
+
 def _branching_fleet() -> tuple[list[CapacitySignal], GpuPools]:
-    """A fleet of `make bench` (seed 20261124, the 13th) whose program needs more than one branch-and-bound node."""
+    """A generated fleet (three pools, `make bench`'s shape) whose program needs more than one branch-and-bound
+    node. The former one (a `make bench` fleet) is solved at the root since coverable demand is held covered."""
     a = signal(
         A,
-        supply("v0", cost=14.64, cap=12000, current=2, hi=7, accel="L4"),
-        supply("v1", cost=14.21, cap=10000, current=0, hi=5, gpr=2, accel="H100"),
-        supply("v2", cost=37.86, cap=4000, current=1, hi=9, gpr=2, accel="L4"),
-        supply("v3", cost=20.55, cap=17000, current=1, hi=5, gpr=4, accel="A100"),
-        required=41894.5,
+        supply("v0", cost=37.74, cap=18000, current=1, hi=6, accel="H100"),
+        supply("v1", cost=25.1, cap=17000, current=2, hi=6, gpr=4, accel="A100"),
+        supply("v2", cost=29.73, cap=12000, current=2, hi=7, gpr=2, accel="H100"),
+        supply("v3", cost=25.27, cap=7000, current=2, hi=7, gpr=2, accel="L4"),
+        required=36530.5,
     )
     b = signal(
         B,
-        supply("v0", cost=38.5, cap=10000, hi=6, accel="H100"),
-        supply("v1", cost=39.44, cap=18000, hi=6, accel="L4"),
-        supply("v2", cost=21.45, cap=7000, hi=4, accel="L4"),
-        required=31275.6,
+        supply("v0", cost=37.93, cap=18000, hi=5, gpr=4, accel="H100"),
+        supply("v1", cost=28.55, cap=7000, hi=9, gpr=4, accel="A100"),
+        supply("v2", cost=29.45, cap=10000, current=1, hi=5, gpr=4, accel="A100"),
+        required=29612.5,
     )
     return [a, b], GpuPools({"A100": 18, "H100": 10, "L4": 20}, uses_of(a, b))
 
