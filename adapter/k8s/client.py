@@ -49,6 +49,8 @@ JSON_PATCH: Final = "application/json-patch+json"
 WATCH_EVENT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 USER_AGENT: Final = "wva-adapter"
 _MAX_PAGES: Final = 100_000
+CLOSE_GRACE_S: Final = 0.25
+"""How long `close` lets abandoned TLS connections finish their shutdown before returning."""
 
 
 class KubeAuthError(KubeError):
@@ -225,9 +227,11 @@ class KubeClient:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._background
         await self._api.close()
-        # Connections closed outside the pool (abandoned watch streams) finish closing on the next loop
-        # iteration; give them that, so a loop closed right after us finds no transport half-closed.
-        await asyncio.sleep(0)
+        # Connections closed outside the pool (abandoned watch streams) finish their TLS shutdown (close_notify
+        # both ways) a round trip later, not on the next loop iteration: give them the 250 ms aiohttp's
+        # "graceful shutdown" advice gives, so a loop closed right after us finds no transport half-closed (one
+        # e2e run in a few reported an unclosed socket to the apiserver after a single iteration).
+        await asyncio.sleep(CLOSE_GRACE_S)
 
     async def __aenter__(self) -> KubeClient:
         return self

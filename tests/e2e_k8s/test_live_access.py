@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from adapter.servers.tls import CertificateAuthority, write_pem_pair
 
 from .apiworld import AuditedRequest, read_audit
-from .cluster import CHEAP, Kube, until
+from .cluster import CHEAP, OVERLAY, Kube, until
 from .conftest import Env
 from .controlplane import ADAPTER_USER, REPO
 
@@ -262,10 +263,17 @@ def test_main_configmap_changes_apply_live_or_are_reported(env: Env) -> None:
     from .controlplane import free_port
 
     env.create_namespace(hpa=False)
-    # The shipped analyzer ConfigMaps in this controller namespace too (else their absence is a config warning).
-    shipped = (REPO / "manifests" / "deploy" / "configmaps.yaml").read_text()
-    env.kube.kubectl("apply", "-n", env.namespace, "-f", "-", stdin=shipped.replace(
-        "namespace: workload-variant-autoscaler-system", f"namespace: {env.namespace}"))  # fmt: skip
+    # The analyzer ConfigMaps in this controller namespace too (else their absence is a config warning): the
+    # e2e overlay's, which select the saturation analyzer whose decisions these tests wait for.
+    rendered = env.kube.kubectl("kustomize", str(OVERLAY)).stdout
+    analyzer_configmaps = [
+        doc for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] == "ConfigMap" and doc["metadata"]["name"] != "wva-variantautoscaling-config"
+    ]  # fmt: skip
+    for doc in analyzer_configmaps:
+        doc["metadata"]["namespace"] = env.namespace
+    as_list = {"apiVersion": "v1", "kind": "List", "items": analyzer_configmaps}
+    env.kube.kubectl("apply", "-f", "-", stdin=json.dumps(as_list))
     env.set_demand(0.4)
     env.wait_scraped(2)
     _main_configmap(env, {"PROMETHEUS_BASE_URL": f"http://127.0.0.1:{free_port()}", "GLOBAL_OPT_INTERVAL": "1s"})
