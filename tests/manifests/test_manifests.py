@@ -1167,3 +1167,20 @@ def test_deployment_doc_names_only_existing_paths() -> None:
     assert missing == []
     for word in ("keda-mode", "tolerance", "v1beta1.external.metrics.k8s.io", "insecureSkipTLSVerify"):
         assert word in text
+
+
+def test_the_e2e_overlay_changes_only_the_analyzer_it_selects() -> None:
+    """manifests/overlays/e2e-loopback replaces the saturation ConfigMap's `default` entry to select the saturation
+    analyzer; every other setting must stay what the project ships, and the queueing-model entry is removed."""
+
+    def configmaps(rel: str) -> dict[str, dict[str, Any]]:
+        return {d["metadata"]["name"]: d.get("data") or {} for d in render(rel) if d["kind"] == "ConfigMap"}
+
+    shipped, overlay = configmaps("manifests/deploy"), configmaps("manifests/overlays/e2e-loopback")
+    shipped_entry = yaml.safe_load(shipped["wva-saturation-scaling-config"]["default"])
+    overlay_entry = yaml.safe_load(overlay["wva-saturation-scaling-config"]["default"])
+    assert shipped_entry.pop("analyzerName") == "predictive"
+    assert overlay_entry.pop("analyzerName") == ""
+    assert overlay_entry == shipped_entry
+    assert "default" in shipped["wva-queueing-model-config"]
+    assert "default" not in overlay["wva-queueing-model-config"]
