@@ -232,6 +232,8 @@ def _predictive_lines(analysis: Mapping[str, Any]) -> list[str]:
         period = forecast.get("period_s")
         seasonal = forecast.get("seasonal_rps")
         season = f"period {_fmt(period)} s, seasonal {_fmt(seasonal)} req/s" if period else "no period"
+        if forecast.get("rise_foreseen"):
+            season += " (the season foresaw the present rise: the slope is not extrapolated)"
         lines.append(
             f"    Demand: {_fmt(demand.get('demand_rps'))} req/s = max(arrivals {_fmt(demand.get('arrival_rps'))}, "
             f"forecast peak {_fmt(forecast.get('peak_rps'))} over the lead {_fmt(demand.get('lead_s'))} s) + backlog "

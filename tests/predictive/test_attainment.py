@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.analyzers.predictive.attainment import H_MAX, H_MIN, MAX_STEP_UP, MIN_LOAD, Controller
+from adapter.analyzers.predictive.attainment import H_MAX, H_MIN, MAX_STEP_UP, MIN_LOAD, OVERLOAD, Controller
 
 WINDOW_S = 300.0
 
@@ -61,6 +61,7 @@ def test_worked_steps(measured: float, factor: float) -> None:
         pytest.param(0.8, {"capacity_change": 1}, "grew", id="short-capacity-just-grew"),
         pytest.param(1.0, {"capacity_change": -1}, "shrank", id="over-capacity-just-shrank"),
         pytest.param(1.0, {"load": MIN_LOAD - 0.01}, "not loaded", id="over-fleet-not-loaded"),
+        pytest.param(0.8, {"load": OVERLOAD + 0.01}, "outran", id="short-arrivals-outran-the-fleet"),
     ],
 )
 def test_holds(measured: float | None, kwargs: dict[str, object], hold: str) -> None:
@@ -175,9 +176,40 @@ def test_raises_that_help_go_on() -> None:
     assert c.headroom == pytest.approx(math.exp(6 * MAX_STEP_UP))
 
 
+def test_a_burst_the_fleet_was_not_sized_for_does_not_raise_the_headroom() -> None:
+    """A burst outruns the fleet (load 3), its backlog drains for two cycles after arrivals fall back, and the
+    window measures misses until a window after the backlog is gone: the headroom holds throughout, then moves
+    on a miss measured without an overload in its window."""
+    c = settled(1.0)
+    timeline = [  # (now, load, backlog, measured)
+        (1000.0, 3.0, 500.0, 0.3),
+        (1030.0, 3.0, 900.0, 0.0),
+        (1060.0, 0.4, 400.0, 0.0),  # arrivals back to normal, the backlog still draining: still overloaded
+        (1090.0, 0.4, 50.0, 0.0),
+        (1120.0, 0.4, 0.0, 0.1),  # drained
+        (1380.0, 0.4, 0.0, 0.8),  # 290 s after the last overloaded cycle: the window still holds its misses
+    ]
+    for now_s, load, backlog, measured in timeline:
+        c = step(c, measured, now_s=now_s, load=load, backlog=backlog)
+        assert c.headroom == 1.0, (now_s, c.hold)
+        assert "outran" in c.hold
+    assert c.overloaded_at_s == 1090.0
+    c = step(c, 0.8, now_s=1400.0, load=0.9, backlog=0.0)  # 310 s after: a miss of the headroom's own
+    assert c.hold == ""
+    assert c.headroom > 1.0
+
+
+def test_a_backlog_alone_is_not_an_overload() -> None:
+    c = step(settled(1.0), 0.8, now_s=1000.0, load=0.9, backlog=40.0)  # a queue, arrivals within capacity
+    assert c.overloaded_at_s is None
+    assert c.headroom > 1.0
+
+
 def test_json_round_trip_and_refusals() -> None:
-    c = step(settled(2.0), 0.9, now_s=500.0, capacity_change=-1)
+    c = step(settled(2.0), 0.9, now_s=500.0, capacity_change=-1, load=1.5, backlog=10.0)
     again = Controller.from_json(c.to_json())
+    assert again.overloaded_at_s == c.overloaded_at_s == 500.0
+    assert again.overloaded is c.overloaded is True
     assert again.headroom == pytest.approx(c.headroom)
     assert again.settled_since_s == c.settled_since_s
     assert again.change == c.change == -1
@@ -188,6 +220,8 @@ def test_json_round_trip_and_refusals() -> None:
         {"headroom": 1.0, "lastMeasured": "x"},
         {"headroom": 1.0, "change": 2},
         {"headroom": 1.0, "raises": [2.0]},
+        {"headroom": 1.0, "overloadedAtS": "x"},
+        {"headroom": 1.0, "overloaded": 1},
         [],
     ):
         with pytest.raises(ValueError, match="controller"):

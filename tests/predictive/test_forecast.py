@@ -81,6 +81,22 @@ def test_a_periodic_burst_is_predicted_a_lead_ahead() -> None:
     assert short.peak_rps < before.peak_rps
 
 
+def test_a_rise_the_season_foresaw_is_not_extrapolated() -> None:
+    """At the onset of the third burst the trend's slope would carry 4 → 30 req/s on to ~50 over the lead; the
+    season foresaw the rise (and, 4 steps later, the fall), so the forecast is the burst's level, not more."""
+    x = burst_series(71)  # bursts at steps 10, 40, 70: step 70 is the third burst's first
+    f = fed(x[:71])
+    assert f.period_steps == 30
+    onset = f.peak(f.last_s or 0.0, 300.0)
+    assert onset.slope_rps_per_s > 0  # the trend state does see the rise
+    assert onset.peak_rps == pytest.approx(max(x[70], onset.seasonal_rps or 0.0, onset.trend_rps))
+    assert onset.peak_rps < 1.2 * max(x[10:14].max(), x[40:44].max(), x[70]), onset
+    unforeseen = x[:71].copy()
+    unforeseen[70] = 60.0  # twice any burst before: beyond the season, the slope is the trend's again
+    beyond = fed(unforeseen).peak((f.last_s or 0.0), 300.0)
+    assert beyond.peak_rps > 60.0 + 10.0, beyond
+
+
 @pytest.mark.parametrize(
     ("series", "expected"),
     [

@@ -357,6 +357,7 @@ def _measure(
         ),
         capacity_change=_change(ready, ready_before),
         load=_load(demand.arrival, ready, at_slo, state.controller.headroom),
+        backlog=demand.backlog,
         now_s=now_s,
     )
     state = replace(state, controller=controller)
@@ -414,6 +415,7 @@ def _measure(
 @dataclass(frozen=True, slots=True)
 class _Demand:
     arrival: float
+    backlog: float
     demand_rps: float
     forecaster: Forecaster
     figures: Mapping[str, Any]
@@ -443,7 +445,7 @@ def _demand(
         "lead_s": round(lead_s or cfg.startup_time_s, 3),
         "demand_rps": round(demand, 6),
     }
-    return _Demand(arrival, demand, forecaster, figures)
+    return _Demand(arrival, backlog, demand, forecaster, figures)
 
 
 def _load(arrival: float, ready: Mapping[str, int], at_slo: Mapping[str, float], headroom: float) -> float:

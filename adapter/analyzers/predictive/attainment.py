@@ -21,6 +21,10 @@ NaN is not 0 %), and otherwise holds only the move that the state of the fleet c
   at its minimum at night, or sized ahead of a forecast, meets any target; believing it would drive H to its
   floor before the morning);
 * a replica ordered and not ready yet: no move up (what is coming may be enough);
+* arrivals above the ready replicas' capacity at the current headroom, or the backlog they left still
+  draining, within the window: no move up (the shortfall is demand the fleet was not sized for — a forecast
+  miss, a burst no forecast saw coming — and more headroom would not have been in place for it, only oversize
+  every later cycle; the forecast and the backlog term answer it);
 * ready capacity grew less than a window ago: no move up (the window still holds the shortfall before it);
 * ready capacity shrank less than half a window ago: no move down (the window still holds the surplus before it);
 * every variant at its maximum: no move up (more headroom would buy nothing);
@@ -47,6 +51,9 @@ FUTILE_GAIN = 0.02
 """Three raises of the headroom (each after the capacity it bought was in place) that moved attainment by less
 than two points say the misses are not for want of capacity (a TTFT target below the prefill of the longest
 prompts, say): further raises are held, so an unreachable target does not buy the maximum fleet."""
+OVERLOAD = 1.0
+"""Arrivals / the ready replicas' capacity at the current headroom above which a cycle counts as outrun by its
+demand (anti-windup: what such a window misses says nothing about the headroom)."""
 MIN_LOAD = 0.7
 """Below this arrival rate / capacity, the fleet is sized by its minimum, by rounding or ahead of a forecast,
 not by the model at full load: that it meets the target says nothing about how much less headroom would do."""
@@ -70,6 +77,11 @@ class Controller:
     """The sign of that change: +1 grew, −1 shrank, 0 never changed."""
     raises: tuple[float, ...] = ()
     """The attainment measured at each of the last `FUTILE_RAISES` moves up (cleared by a move down)."""
+    overloaded_at_s: float | None = None
+    """When arrivals last outran the ready capacity (load > `OVERLOAD`), or the backlog they left was still
+    draining (anti-windup)."""
+    overloaded: bool = False
+    """Whether the last cycle was so."""
 
     def update(
         self,
@@ -82,15 +94,21 @@ class Controller:
         at_max: bool,
         capacity_change: int,
         load: float,
+        backlog: float = 0.0,
         now_s: float,
     ) -> Controller:
         """One cycle (module docstring). `completions`: requests finished in the window; `in_flight`: a replica
         is ordered and not ready; `capacity_change`: the sign of the change of ready capacity since the last
-        cycle (0: none); `load`: the arrival rate / the ready replicas' capacity at the current headroom."""
+        cycle (0: none); `load`: the arrival rate / the ready replicas' capacity at the current headroom;
+        `backlog`: requests waiting now (an overload lasts until the backlog it left is drained)."""
         if capacity_change or self.settled_since_s is None:
             state = replace(self, settled_since_s=now_s, change=(capacity_change > 0) - (capacity_change < 0))
         else:
             state = self
+        overloaded = load > OVERLOAD or (self.overloaded and backlog >= 1.0)
+        state = replace(state, overloaded=overloaded)
+        if overloaded:
+            state = replace(state, overloaded_at_s=now_s)
         state = replace(state, last_measured=measured)
         if measured is None or not math.isfinite(measured) or completions < MIN_REQUESTS:
             return replace(state, hold="no evidence (too few requests in the window)")
@@ -99,6 +117,8 @@ class Controller:
         if error > 0:
             if in_flight:
                 return replace(state, hold="short, but capacity is in flight")
+            if state.overloaded_at_s is not None and now_s - state.overloaded_at_s < window_s:
+                return replace(state, hold="short, but arrivals outran the ready capacity within the window")
             if since < window_s and state.change > 0:
                 return replace(state, hold="short, but capacity grew within the window")
             if at_max:
@@ -125,6 +145,8 @@ class Controller:
             "settledSinceS": self.settled_since_s,
             "change": self.change,
             "raises": [round(x, 6) for x in self.raises],
+            "overloadedAtS": self.overloaded_at_s,
+            "overloaded": self.overloaded,
         }
 
     @classmethod
@@ -148,6 +170,12 @@ class Controller:
             not isinstance(x, bool) and isinstance(x, int | float) and 0 <= x <= 1 for x in raises
         ):
             raise ValueError(f"controller.raises: expected a list of fractions, got {raises!r}")
+        overloaded = data.get("overloadedAtS")
+        if overloaded is not None and (isinstance(overloaded, bool) or not isinstance(overloaded, int | float)):
+            raise ValueError(f"controller.overloadedAtS: expected a number or null, got {overloaded!r}")
+        overloaded_now = data.get("overloaded", False)
+        if not isinstance(overloaded_now, bool):
+            raise ValueError(f"controller.overloaded: expected true or false, got {overloaded_now!r}")
         return cls(
             float(headroom),
             None if measured is None else float(measured),
@@ -155,4 +183,6 @@ class Controller:
             None if settled is None else float(settled),
             int(change),
             tuple(float(x) for x in raises[-FUTILE_RAISES:]),
+            None if overloaded is None else float(overloaded),
+            overloaded_now,
         )

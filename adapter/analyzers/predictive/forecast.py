@@ -34,6 +34,11 @@ the lowest correlation at a shorter lag, and the history holds two periods (1.5 
 must predict it better than the value 10 steps earlier, Crane's check in miniature). With a period, the
 seasonal forecast k steps ahead is the mean of the values one, two and three periods before that step (as many
 as the history holds), widened by ±1 step for phase jitter; the forecast is the larger of trend and season.
+When the season foresaw the present — the current rate at most `SEASON_TOLERANCE` above the seasonal forecast
+for now — a rising slope is not extrapolated: the rise is the season's, and the seasonal forecast already
+carries it and its end (Holt-Winters keeps its slope on the deseasonalised series for the same reason). Without
+this, the onset of a foreseen 30 req/s burst read as a trend forecast ~50 req/s and ordered replicas that came
+up after the burst had ended.
 Example: bursts every 900 s at a 30-s step ⇒ P = 30; 300 s before the next burst (k = 10), the value
 30 − 10 = 20 steps ago is the last burst's.
 
@@ -70,6 +75,8 @@ MIN_DIP = 0.3
 STRONG_CORRELATION = 0.9
 """With fewer than two periods of history (but at least 1.5), a period needs this correlation."""
 PERSISTENCE_STEPS = 10
+SEASON_TOLERANCE = 0.1
+"""How far above the seasonal forecast for now the present may be and still count as foreseen (`_explained`)."""
 BACKTEST_MARGIN = 0.8
 
 
@@ -116,6 +123,8 @@ class Forecast:
     sigma_rps: float
     lead_s: float
     points: int
+    rise_foreseen: bool = False
+    """The season foresaw the present rise, so the trend was not extrapolated by its slope (`_explained`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +137,7 @@ class Forecast:
             "sigma_rps": round(self.sigma_rps, 4),
             "lead_s": self.lead_s,
             "points": self.points,
+            "rise_foreseen": self.rise_foreseen,
         }
 
 
@@ -224,8 +234,10 @@ class Forecaster:
         level, slope, variance = self._fold((self.level, self.slope, self.variance), current, len(self.values))
         sigma = robust_sigma(self.errors, variance)
         ahead = range(max(offset, 1), horizon + 1)
-        trend = max([current, *(trend_upper(level, slope, sigma, k, cfg.z) for k in ahead)])
         seasonal = self._seasonal(offset, horizon)
+        foreseen = slope > 0 and seasonal is not None and self._explained(current, offset)
+        extrapolated = 0.0 if foreseen else slope  # the season foresaw the rise: its forecast carries it
+        trend = max([current, *(trend_upper(level, extrapolated, sigma, k, cfg.z) for k in ahead)])
         peak = max(trend, seasonal or 0.0, current)
         cap = cfg.cap_ratio * max(*self.values, 1e-09)
         peak = min(max(peak, 0.0), cap)
@@ -239,7 +251,15 @@ class Forecaster:
             sigma_rps=sigma,
             lead_s=lead_s,
             points=len(self.values),
+            rise_foreseen=foreseen,
         )
+
+    def _explained(self, current: float, offset: int) -> bool:
+        """Whether the season foresaw the present: the current rate is at most `SEASON_TOLERANCE` above the
+        seasonal forecast for now. Then the trend's slope is the season's own rise (a burst's onset, the morning
+        of a day) and extrapolating it would count the rise twice; a rise beyond the season keeps the slope."""
+        now = self._seasonal(offset, offset)
+        return now is not None and current <= now * (1.0 + SEASON_TOLERANCE)
 
     def _seasonal(self, first: int, horizon: int) -> float | None:
         period = self.period_steps
