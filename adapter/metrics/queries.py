@@ -86,7 +86,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from urllib.parse import quote_plus
 
 from adapter.domain.cluster import ModelQuery
 from adapter.domain.ids import ModelKey
@@ -242,8 +241,17 @@ def namespace_matchers(models: Iterable[ModelKey]) -> list[str]:
 
 
 def encoded_length(promql: str) -> int:
-    """Bytes the query takes in a URL (`query=` parameter value)."""
-    return len(quote_plus(promql))
+    """Bytes the query takes in a URL (`query=` parameter value): `len(quote_plus(promql))`, counted instead of
+    built (`quote_plus` quotes byte by byte in Python: 0.1 s a cycle at 10,000 VAs, whose model regexes are
+    long). UTF-8 bytes; a space becomes "+", a byte outside `_URL_SAFE` "%XX". Example: 'a b{"x"}' ⇒ 3 safe
+    bytes, 1 space, 4 quoted ⇒ 3 + 1 + 12 = 16."""
+    raw = promql.encode()
+    quoted = raw.translate(None, _URL_SAFE)  # the bytes quote_plus does not keep as they are
+    return len(raw) + 2 * (len(quoted) - quoted.count(b" "))
+
+
+_URL_SAFE = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~"
+"""What `quote_plus` leaves unquoted (urllib.parse's always-safe set; `safe` is empty)."""
 
 
 def fit(build: Callable[[Sequence[str]], str], candidates: Sequence[Sequence[str]], *, max_query_bytes: int) -> str:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote_plus
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapter.domain.cluster import ModelQuery
 from adapter.domain.ids import ModelKey
@@ -111,6 +115,13 @@ def test_fit_takes_the_narrowest_selector_that_fits() -> None:
 
 def test_encoded_length_counts_url_escapes() -> None:
     assert q.encoded_length('a{b="c"}') == len("a%7Bb%3D%22c%22%7D")
+    assert q.encoded_length('a b{"x"}') == 16  # the docstring's example
+
+
+@settings(max_examples=300)
+@given(st.text())
+def test_encoded_length_is_the_length_quote_plus_builds(promql: str) -> None:
+    assert q.encoded_length(promql) == len(quote_plus(promql))
 
 
 @pytest.mark.parametrize(
