@@ -257,7 +257,10 @@ def test_helm_install_upgrade_uninstall(world: HelmWorld) -> None:
 
         def scaled(replicas: int) -> str | None:
             spec = kube.deployment(EXAMPLES_NS, CHEAP)["spec"]["replicas"]
-            return None if spec >= replicas else f"spec.replicas={spec}, served {_served(world, CHEAP)}"
+            if spec >= replicas:
+                return None
+            alloc = (kube.va(EXAMPLES_NS, CHEAP).get("status") or {}).get("desiredOptimizedAlloc") or {}
+            return f"spec.replicas={spec}, served {_served(world, CHEAP)}, VA status {alloc}"  # why, on a timeout
 
         until(f"the HPA scaling {CHEAP} from the served decision", lambda: scaled(2), timeout_s=120)
         first_scale_s = time.monotonic() - t_install
