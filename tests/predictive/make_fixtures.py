@@ -23,8 +23,19 @@ def burst_a_lead_ahead() -> dict[str, Any]:
     held at one replica (nothing actuates in a replay). At cycle 60 — 5 minutes (its lead) before the third
     burst, arrivals still at 4 req/s, where a reactive policy keeps one replica — it asks for three, the
     burst's capacity; at cycle 30, with one burst seen and no period, it keeps one."""
+    return _bursts(61, {30: 1, 60: 3}, name="predictive: a periodic burst served a lead ahead")
+
+
+def burst_onset_foreseen() -> dict[str, Any]:
+    """The same load on to cycle 70, the third burst's first: arrivals jump 4 → 30 req/s, and the trend's slope
+    alone would read ~50 req/s over the lead (five replicas). The season foresaw the rise, so the analyzer still
+    asks for the burst's three replicas (docs/predictive.md §2, "A rise the season foresaw")."""
+    return _bursts(71, {60: 3, 70: 3}, name="predictive: the onset of a foreseen burst is not extrapolated")
+
+
+def _bursts(count: int, expect: dict[int, int], *, name: str) -> dict[str, Any]:
     cycles = []
-    for i in range(61):
+    for i in range(count):
         rate = 30.0 if (i - 10) % 30 < 4 and i >= 10 else 4.0
         cycle: dict[str, Any] = {
             "now": (START + timedelta(seconds=30 * i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -50,14 +61,12 @@ def burst_a_lead_ahead() -> dict[str, Any]:
                 {"kind": "Deployment", "namespace": NS, "name": "llama-8b-a100", "replicas": 1, "ready_replicas": 1}
             ]
             cycle["models"] = [{"namespace": NS, "model_id": MODEL, "request_count": 1000}]
-        if i == 30:
-            cycle["expect"] = {f"{NS}/llama-8b-a100": {"desired_replicas": 1}}
-        if i == 60:
-            cycle["expect"] = {f"{NS}/llama-8b-a100": {"desired_replicas": 3}}
+        if i in expect:
+            cycle["expect"] = {f"{NS}/llama-8b-a100": {"desired_replicas": expect[i]}}
         cycles.append(cycle)
     return {
         "schema": "wva-replay/v1",
-        "name": "predictive: a periodic burst served a lead ahead",
+        "name": name,
         "controller_namespace": CONTROLLER_NS,
         "configmaps": [
             {
@@ -89,7 +98,7 @@ def burst_a_lead_ahead() -> dict[str, Any]:
     }
 
 
-FIXTURES = {"burst-a-lead-ahead.json": burst_a_lead_ahead}
+FIXTURES = {"burst-a-lead-ahead.json": burst_a_lead_ahead, "burst-onset-foreseen.json": burst_onset_foreseen}
 
 
 def render(build: Any) -> str:

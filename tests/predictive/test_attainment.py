@@ -24,6 +24,7 @@ def step(c: Controller, measured: float | None, *, now_s: float, **kw: object) -
         "at_max": False,
         "capacity_change": 0,
         "load": 0.9,
+        "backlog": 0.0,
         "now_s": now_s,
     }
     args.update(kw)

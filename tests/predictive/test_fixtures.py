@@ -33,3 +33,12 @@ def test_explain_tells_the_forecast_the_lead_and_the_headroom() -> None:
     assert "period 900 s" in last
     assert "Headroom: 1 (attainment measured –" in last
     assert "llama-8b-a100: 1 → 3" in last
+
+
+def test_explain_tells_when_the_season_foresaw_a_rise() -> None:
+    done = wva("explain", str(make_fixtures.HERE / "burst-onset-foreseen.json"))
+    assert done.returncode == 0, done.stderr
+    onset = done.stdout.split("Cycle 71")[1]  # explain counts from 1: the fixture's cycle 70, the burst's first
+    assert "Demand: 30 req/s = max(arrivals 30, forecast peak 30 over the lead 300 s)" in onset
+    assert "the season foresaw the present rise" in onset
+    assert "llama-8b-a100: 1 → 3" in onset

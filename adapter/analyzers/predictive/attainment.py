@@ -94,7 +94,7 @@ class Controller:
         at_max: bool,
         capacity_change: int,
         load: float,
-        backlog: float = 0.0,
+        backlog: float,
         now_s: float,
     ) -> Controller:
         """One cycle (module docstring). `completions`: requests finished in the window; `in_flight`: a replica
