@@ -7,9 +7,9 @@
 Two variants of one model: `l4` (cost 1) and `a100` (cost 5), min 1, max 5, one pod each. The load goes up on
 every pod, so the saturation analyzer asks for one more replica on the cheapest variant; the test plays the
 HPA (Deployment replicas follow, the new pod appears); then Prometheus is killed (fallback, values held,
-still ready) and restarted (metrics found again, the next decision is taken); finally the load falls, a live
-ConfigMap edit shortens `transitionTimeout`, the never-applied desired stops blocking, and the safe scale-down
-is decided and served.
+still ready) and restarted (metrics found again from every pod, then the next decision is taken); finally the
+load falls, a live ConfigMap edit shortens `transitionTimeout`, the never-applied desired stops blocking, and
+the safe scale-down is decided and served.
 
 `serve` runs with `--saturation-window 2s` so a fall in load shows within two scrapes. The pod `l4-1`
 is scraped from the start (a static scrape config cannot gain targets) but belongs to no VA until its Pod
@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from adapter.k8s import resources as r
@@ -170,6 +171,23 @@ def _g(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def _scraped_since(prometheus: PrometheusProcess, since_s: float) -> Check:
+    """None once Prometheus holds a KV-cache sample newer than `since_s` for every scraped pod."""
+
+    async def check() -> str | None:
+        url = f"{prometheus.url}/api/v1/query"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(url, params={"query": "timestamp(vllm:kv_cache_usage_perc)"}) as response,
+        ):
+            body = await response.json()
+        fresh = {e["metric"].get("pod") for e in body["data"]["result"] if float(e["value"][1]) > since_s}
+        missing = sorted(set(SCRAPED) - fresh)
+        return f"no sample since the restart from {missing}" if missing else None
+
+    return check
+
+
 def _status_is(cluster: Cluster, variant: str, replicas: int, *, metrics: str, reason: str) -> Check:
     """The VA status in the API: `replicas`, a reason starting with `reason`, MetricsAvailable's reason `metrics`."""
 
@@ -258,7 +276,10 @@ async def _scenario(
 
     # ---- D: Prometheus crashes → fallback; the served values hold; still ready -------------------------------
     prometheus.kill()
-    fleet.load(l4_0=HIGHER, l4_1=HIGHER, a100_0=HIGHER)  # the world moves on while nobody scrapes it
+    # The world moves on while nobody scrapes it: the l4 pods saturate. a100-0 turns quiet for now: after the
+    # restart Prometheus scrapes each target at its own offset in the second, and a cycle that saw a saturated
+    # a100-0 before any l4 pod would rightly give the model's +1 to a100, the only variant it can see.
+    fleet.load(l4_0=HIGHER, l4_1=HIGHER, a100_0=QUIET)
     took = await until(
         "a fallback reason and MetricsAvailable=False/PrometheusError after Prometheus was killed",
         all_of(
@@ -292,7 +313,11 @@ async def _scenario(
 
     # ---- E: Prometheus restarts → metrics found again, and the next decision is taken ------------------------
     prometheus.start()
+    restarted_s = time.time()
     out.say(f"E Prometheus restarted (same port and TSDB), ready in {await prometheus.wait_ready():.1f}s")
+    took = await until("every pod scraped again", _scraped_since(prometheus, restarted_s), timeout_s=20)
+    fleet.load(a100_0=HIGHER)  # every pod in view: whichever is seen saturated first, the +1 goes to l4
+    out.say(f"E every pod scraped again after {took:.1f}s; a100-0 saturates too")
     took = await until(
         "MetricsFound again and l4 scaled to 3 (every pod saturated)",
         _status_is(cluster, CHEAP, 3, metrics="MetricsFound", reason="saturation-only mode: scale-up"),
