@@ -44,7 +44,7 @@ from tests.manifests.rbac import (
 
 from .adapter import WVA_ADAPTER, AdapterProcess
 from .chart import CHART, helm, post_renderer_args, set_args, template
-from .cluster import APISERVICE, CHEAP, EM_GROUP, EM_VERSION, VA_GROUP, VA_PLURAL, VA_VERSION, Kube, until
+from .cluster import APISERVICE, CHEAP, DEAR, EM_GROUP, EM_VERSION, VA_GROUP, VA_PLURAL, VA_VERSION, Kube, until
 from .controlplane import CONTROLLER_NS, ControlPlane, Pair, write_token_kubeconfig
 from .node import FileSdPrometheus, LoopbackService, LoopThread, Node
 
@@ -262,16 +262,25 @@ def test_helm_install_upgrade_uninstall(world: HelmWorld) -> None:
             alloc = (kube.va(EXAMPLES_NS, CHEAP).get("status") or {}).get("desiredOptimizedAlloc") or {}
             return f"spec.replicas={spec}, served {_served(world, CHEAP)}, VA status {alloc}"  # why, on a timeout
 
+        def fleet_of(pods: int) -> str | None:
+            specs = {name: kube.deployment(EXAMPLES_NS, name)["spec"]["replicas"] for name in (CHEAP, DEAR)}
+            return None if sum(specs.values()) >= pods else f"spec.replicas {specs}"
+
         until(f"the HPA scaling {CHEAP} from the served decision", lambda: scaled(2), timeout_s=120)
         first_scale_s = time.monotonic() - t_install
-        until(f"the HPA scaling {CHEAP} to 3", lambda: scaled(3), timeout_s=120)
-        to_three_s = time.monotonic() - t_install
+        # 2.7 pods' worth of KV demand on 3 pods saturates each (0.9), on 4 it leaves 0.125 spare (steady). The
+        # two added pods are usually both L4s, but the saturation analyzer (the e2e overlay's patches, applied by
+        # the post-renderer, select it) rightly gives a +1 to the A100s when a cycle sees the A100 pod reporting
+        # before any L4 pod is scraped (seen once: A100 -> 2 at the first decision, then L4 -> 2), or while a new
+        # L4 pod reports but is not Ready (the L4s have a pending replica). Either way the fleet reaches 4 pods.
+        until("the HPAs scaling the fleet to 4 pods", lambda: fleet_of(4), timeout_s=120)
+        to_four_s = time.monotonic() - t_install
         rescales = [e["message"] for e in kube.events(EXAMPLES_NS, kind="HorizontalPodAutoscaler", name=CHEAP)
                     if e["reason"] == "SuccessfulRescale"]  # fmt: skip
         assert any("New size: 2" in str(m) and "wva_desired_replicas" in str(m) for m in rescales), rescales
         print(f"[helm] FIGURES install {install_s:.2f}s; APIService available {available_s:.2f}s after routing "
               f"(first value served {served_s:.2f}s later); helm install -> HPA scaled {CHEAP} to 2 in "
-              f"{first_scale_s:.1f}s, to 3 in {to_three_s:.1f}s")  # fmt: skip
+              f"{first_scale_s:.1f}s, the fleet to 4 pods in {to_four_s:.1f}s")  # fmt: skip
 
         # ---- least privilege, on the real RBAC of the release ---------------------------------------------------
         # The roles bound to the ServiceAccount, read from the API server: exactly the expected rules, including what
