@@ -19,6 +19,7 @@ Nothing here asserts; the tests do, on the `Outcome`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -197,3 +198,18 @@ def run_bounded(
 def wva(*args: str, python: str = sys.executable) -> list[str]:
     """`python -m adapter ARGS` (the same program as `wva-adapter`), with this interpreter."""
     return [python, "-m", "adapter", *args]
+
+
+def kubeconfig_for(path: Path, server: str) -> Path:
+    """Write a one-context kubeconfig pointing at `server` with a bearer token, and return its path."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1", "kind": "Config", "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )  # fmt: skip
+    return path

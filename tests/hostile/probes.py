@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.hostile import inputs
-from tests.hostile.harness import REPO, Outcome, run_bounded
+from tests.hostile.harness import REPO, Outcome, kubeconfig_for, run_bounded
 
 MEMORY_MB = 4096
 TIMEOUT_S = 90.0
@@ -401,17 +401,7 @@ def serve_hanging_probe(p: Prober) -> None:
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
     port = listener.getsockname()[1]
-    kubeconfig = p.work / "hang.kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1", "kind": "Config", "current-context": "c",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-            }
-        )
-    )  # fmt: skip
+    kubeconfig = kubeconfig_for(p.work / "hang.kubeconfig", f"http://127.0.0.1:{port}")
     try:
         p.cli(
             "serve, apiserver accepts and never answers, SIGTERM at 3 s",

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.hostile import inputs
-from tests.hostile.harness import REPO, Outcome, run_bounded, wva
+from tests.hostile.harness import REPO, Outcome, kubeconfig_for, run_bounded, wva
 
 MEMORY_MB = 1024
 """Address space of every child: the program with all its libraries maps about 450 MB; a file read whole, or
@@ -177,17 +177,7 @@ def hanging_apiserver(tmp_path: Path) -> Iterator[Path]:
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)
     port = listener.getsockname()[1]
-    kubeconfig = tmp_path / "hang.kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1", "kind": "Config", "current-context": "c",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-            }
-        )
-    )  # fmt: skip
+    kubeconfig = kubeconfig_for(tmp_path / "hang.kubeconfig", f"http://127.0.0.1:{port}")
     try:
         yield kubeconfig
     finally:
