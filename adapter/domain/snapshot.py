@@ -6,9 +6,11 @@ Times are seconds since the Unix epoch (`*_s`), so the core does plain arithmeti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -202,6 +204,36 @@ class PodMetrics:
     def has_saturation_metrics(self) -> bool:
         """Upstream keeps a pod only if it has KV-cache or queue data."""
         return self.kv_cache_usage is not None or self.queue_length is not None
+
+
+_POD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PodMetrics))
+_POD_SLOT_SETTERS: dict[str, Any] = {name: getattr(PodMetrics, name).__set__ for name in _POD_FIELDS}
+"""Each field's slot descriptor setter: stores into a frozen instance without `object.__setattr__`."""
+
+
+def pod_metrics_from_columns(columns: Mapping[str, Sequence[Any]]) -> tuple[PodMetrics, ...]:
+    """Many PodMetrics at once from one sequence per field (every field named, all of one length), equal to
+    `PodMetrics(**{name: column[i] ...})` for each i.
+
+    Why: the collector builds 100,000 of them a cycle at 10,000 VAs, and a frozen dataclass' `__init__` sets
+    each of the 16 fields through `object.__setattr__` (2.1 µs a pod, ~210 ms a cycle). Here the objects are
+    allocated without `__init__` and each field is stored column by column through its slot descriptor, in C
+    (`map` over the objects and the column): ~1 µs a pod. No validation is skipped: PodMetrics has none.
+
+    Example: {"namespace": ["ns", "ns"], "pod": ["a", "b"], "variant": ["v", "v"], "kv_cache_usage": [0.5, None],
+    ...every other field...} -> (PodMetrics("ns", "a", "v", 0.5, ...), PodMetrics("ns", "b", "v", None, ...)).
+    """
+    if set(columns) != set(_POD_FIELDS):
+        missing, unknown = sorted(set(_POD_FIELDS) - set(columns)), sorted(set(columns) - set(_POD_FIELDS))
+        raise ValueError(f"pod_metrics_from_columns needs every PodMetrics field: missing {missing}, unknown {unknown}")
+    lengths = {len(column) for column in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"pod_metrics_from_columns needs columns of one length, got lengths {sorted(lengths)}")
+    count = lengths.pop()
+    pods = list(map(object.__new__, repeat(PodMetrics, count)))
+    for name in _POD_FIELDS:
+        deque(map(_POD_SLOT_SETTERS[name], pods, columns[name]), maxlen=0)  # consumes the map: stores in C
+    return tuple(pods)
 
 
 @dataclass(frozen=True, slots=True)

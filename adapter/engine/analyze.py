@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from adapter.analyzers import registry
@@ -114,7 +114,14 @@ def measure_model(
     )
     analyzer = registry.choose(config.configmaps, model, saturation)
     analyzer_config, analyzer_warnings = analyzer.configure(model_input)
-    plan = ModelPlan(
+    if not snapshot.metrics_ok(model):
+        metrics_reason, result = "PrometheusError", None
+    elif not any(pods.values()):
+        metrics_reason, result = "MetricsMissing", None
+    else:
+        metrics_reason = "MetricsFound"
+        result = analyzer.analyze(model_input, analyzer_config, state.memory(analyzer), now_s)
+    return ModelPlan(
         model=model,
         views=tuple(views),
         analyzer=analyzer,
@@ -131,14 +138,10 @@ def measure_model(
             )
             for view in views
         ),
-        metrics_reason="MetricsFound",
+        metrics_reason=metrics_reason,
         sample_notes=tuple(sample_notes),
+        result=result,
     )
-    if not snapshot.metrics_ok(model):
-        return replace(plan, metrics_reason="PrometheusError")
-    if not any(pods.values()):
-        return replace(plan, metrics_reason="MetricsMissing")
-    return replace(plan, result=analyzer.analyze(model_input, analyzer_config, state.memory(analyzer), now_s))
 
 
 def valid_samples(

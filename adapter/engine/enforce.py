@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapter.domain.decision import Action, AnalyzerName, VariantDecision, reason_family
-from adapter.domain.snapshot import Condition, ConditionType, DecisionPath, DesiredAlloc, ModelTraffic, VariantView
+from adapter.domain.snapshot import (
+    Condition,
+    ConditionType,
+    DecisionPath,
+    DesiredAlloc,
+    ModelTraffic,
+    Recommendation,
+    VariantView,
+)
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import enforce
 from adapter.engine.analyze import ModelPlan, bounds, previous_alloc
@@ -102,8 +110,9 @@ def finish(
     config_warnings: tuple[str, ...],
     state: EngineState,
     now_s: float,
+    recommendation: Recommendation | None = None,
 ) -> tuple[VariantDecision, DesiredAlloc]:
-    """Bounds, conditions and the persisted allocation of one VA."""
+    """Bounds, conditions and the persisted allocation of one VA (with the recommender's view of it, if any)."""
     vb = bounds(view)
     desired = fallback.clamp(held.desired_replicas, vb)
     current = view.target.replicas if view.target else 0
@@ -152,6 +161,7 @@ def finish(
         metrics_available=outcome.metrics_reason == "MetricsFound",
         conditions=tuple(conditions),
         notes=outcome.notes + tuple(config_warnings),
+        recommendation=recommendation,
     )
     previous, _ = previous_alloc(view, state)
     return decision, alloc_for(decision, previous, now_s)

@@ -26,7 +26,7 @@ from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import GpuPools
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import Condition, DesiredAlloc, Snapshot, VariantStatus, VariantView
+from adapter.domain.snapshot import Condition, DesiredAlloc, Recommendation, Snapshot, VariantStatus, VariantView
 from adapter.engine import recommend
 from adapter.engine.analyze import ModelPlan, measure_model
 from adapter.engine.enforce import ModelOutcome, failsafe, finish, outcome_of
@@ -87,13 +87,14 @@ def decide(
                     config_warnings=plan.config_warnings,
                     state=state,
                     now_s=now_s,
+                    recommendation=recommended.recommendations.get(view.key),
                 )
                 for view in views
             ]
             warnings.extend(plan.config_warnings)
         except Exception as exc:
             errors[model] = errors.get(model) or _describe(exc)
-            outcome, finished = _failed(views, state, errors[model], now_s)
+            outcome, finished = _failed(views, state, errors[model], now_s, recommended.recommendations)
         signal = plan.signal if plan is not None and model not in errors else None
         analyses[model] = ModelAnalysis(
             model,
@@ -104,7 +105,7 @@ def decide(
             str(signal.unit) if signal else "",
         )
         for decision, alloc in finished:
-            decisions[decision.key] = replace(decision, recommendation=recommended.recommendations.get(decision.key))
+            decisions[decision.key] = decision
             new_allocations[decision.key] = alloc
 
     learned: dict[VariantKey, dict[str, Any]] = {k: dict(v) for k, v in recommended.learned.items()}
@@ -154,7 +155,11 @@ def _describe(exc: BaseException) -> str:
 
 
 def _failed(
-    views: Sequence[VariantView], state: EngineState, error: str, now_s: float
+    views: Sequence[VariantView],
+    state: EngineState,
+    error: str,
+    now_s: float,
+    recommendations: Mapping[VariantKey, Recommendation],
 ) -> tuple[ModelOutcome, list[tuple[VariantDecision, DesiredAlloc]]]:
     held = failsafe(views, state, error)
     outcome = ModelOutcome(
@@ -166,7 +171,15 @@ def _failed(
         unavailable_reason="InternalError",
     )
     return outcome, [
-        finish(view, held[view.key.name], outcome=outcome, config_warnings=(), state=state, now_s=now_s)
+        finish(
+            view,
+            held[view.key.name],
+            outcome=outcome,
+            config_warnings=(),
+            state=state,
+            now_s=now_s,
+            recommendation=recommendations.get(view.key),
+        )
         for view in views
     ]
 

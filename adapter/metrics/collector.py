@@ -82,7 +82,7 @@ from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.errors import ConfigError, PrometheusUnavailable, QueryError, SourceError
 from adapter.domain.ids import ModelKey
 from adapter.domain.latency import LatencyHistogram, ModelLatency
-from adapter.domain.snapshot import ModelTraffic, PodMetrics
+from adapter.domain.snapshot import ModelTraffic, PodMetrics, pod_metrics_from_columns
 from adapter.metrics.queries import (
     DEFAULT_MAX_QUERY_BYTES,
     EPP_MODEL_LABEL,
@@ -512,11 +512,26 @@ class PodIndex:
     keys: tuple[PodKey, ...]
     variants: tuple[str, ...]
     number: Mapping[PodKey, int]
+    namespaces: tuple[str, ...]
+    """The namespace of each pod number (`keys[i][0]`)."""
+    by_pod: Mapping[str, int]
+    """Pod name -> its number, or -1 for a name used in several namespaces: the digests' fast path looks a pod
+    up by its name alone (one hash of a freshly decoded string instead of a tuple of two) and checks the
+    namespace by equality."""
 
     @staticmethod
     def of(pod_variants: Mapping[PodKey, str]) -> PodIndex:
         keys = tuple(sorted(pod_variants))
-        return PodIndex(keys, tuple(pod_variants[k] for k in keys), {k: i for i, k in enumerate(keys)})
+        by_pod: dict[str, int] = {}
+        for i, (_, pod) in enumerate(keys):
+            by_pod[pod] = -1 if pod in by_pod else i
+        return PodIndex(
+            keys,
+            tuple(pod_variants[k] for k in keys),
+            {k: i for i, k in enumerate(keys)},
+            tuple(namespace for namespace, _ in keys),
+            by_pod,
+        )
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -558,15 +573,26 @@ def digest(query: Query, result: Sequence[Element], index: PodIndex) -> Digest:
 
 
 def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Counter[str]) -> FloatColumn:
-    """The hot loop (100,000 elements per query at 10,000 VAs): attribute reads, one tuple and one dict lookup
-    per element; the values land in an array at the end. Several series of one pod (e.g. one per LoRA
-    adapter's model_name) give its max, or their sum for the dispatch rate."""
+    """The hot loop (100,000 elements per query at 10,000 VAs): attribute reads and two hashed lookups per
+    element; the values land in an array at the end. Several series of one pod (e.g. one per LoRA adapter's
+    model_name) give its max, or their sum for the dispatch rate.
+
+    Every label string is freshly decoded, so each hash is computed, never cached: the usual element takes the
+    fast path (its pod by name in `index.by_pod`, its namespace compared by equality, its model in the set of
+    the namespace's wanted models), and anything else the exact checks in order, which name the reason of a
+    drop. Both paths accept the same elements (a fast-path pod is the index's (namespace, pod), its
+    (namespace, model) is wanted)."""
     dispatch = query.name is QueryName.DISPATCH_RATE
     upper = _UPPER_BOUND.get(query.name, _INF)
     wanted = {(k.namespace, k.model_id) for k in query.models}
-    number = index.number.get
+    wanted_in: dict[str, set[str]] = {}
+    for k in query.models:
+        wanted_in.setdefault(k.namespace, set()).add(k.model_id)
+    number, by_pod, namespaces = index.number.get, index.by_pod.get, index.namespaces
     numbers: list[int] = []
     values: list[float] = []
+    last_namespace: str | None = None
+    models: set[str] = set()
     for item in result:
         labels = item.metric
         namespace = labels.namespace
@@ -575,13 +601,21 @@ def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Cou
         else:
             pod, model = labels.pod or labels.pod_name, labels.model_name
         value = float(item.value[1])
-        if not pod or not model:
-            drops["missing-label"] += 1
-        elif (namespace, model) not in wanted:
-            drops["unknown-model"] += 1
-        elif (i := number((namespace, pod))) is None:
-            drops["unknown-pod"] += 1
-        elif not 0.0 <= value < _INF or value > upper:
+        if namespace != last_namespace:  # answers come grouped by namespace in practice: rarely taken
+            last_namespace, models = namespace, wanted_in.get(namespace, set())
+        i = by_pod(pod, -1)
+        if i < 0 or namespaces[i] != namespace or model not in models:  # the exact checks, in order
+            if not pod or not model:
+                drops["missing-label"] += 1
+                continue
+            if (namespace, model) not in wanted:
+                drops["unknown-model"] += 1
+                continue
+            if (found := number((namespace, pod))) is None:
+                drops["unknown-pod"] += 1
+                continue
+            i = found
+        if not 0.0 <= value < _INF or value > upper:
             drops[_value_problem(value)] += 1
         else:
             numbers.append(i)
@@ -782,53 +816,40 @@ _FIELDS = (
 def _pods(
     columns: Mapping[str, FloatColumn], geometry: Mapping[int, tuple[int, int]], index: PodIndex
 ) -> tuple[PodMetrics, ...]:
-    """A PodMetrics for every pod with a usable sample in any answer, in (namespace, pod) order."""
+    """A PodMetrics for every pod with a usable sample in any answer, in (namespace, pod) order, built column
+    by column (`pod_metrics_from_columns`: 100,000 pods a cycle at 10,000 VAs)."""
     present = np.zeros(len(index), dtype=bool)
     for column in columns.values():
         present |= ~np.isnan(column)
     present[list(geometry)] = True
     numbers = np.flatnonzero(present)
-    nothing: list[float | None] = [None] * len(numbers)
-    isnan = math.isnan
+    count = len(numbers)
 
     def values(name: str) -> list[float | None]:
         column = columns.get(name)
         if column is None:
-            return nothing
-        return [None if isnan(v) else v for v in column[numbers].tolist()]  # NaN: no usable sample
+            return [None] * count
+        picked = column[numbers]
+        out: list[float | None] = picked.tolist()
+        for at in np.flatnonzero(np.isnan(picked)).tolist():  # NaN: no usable sample
+            out[at] = None
+        return out
 
-    kv, queue, running, avg_in, avg_out, hit, arrival, ttft, itl = map(values, _FIELDS)
-    keys, variants, shape = index.keys, index.variants, geometry.get
-    pods = []
-    make = PodMetrics  # positionally, in field order (100,000 calls at 10,000 VAs; keywords cost a third more)
-    for at, i in enumerate(numbers.tolist()):
-        usage = kv[at]
-        blocks, size = shape(i, _NO_GEOMETRY)
-        tokens = None
-        if usage is not None and blocks is not None and size is not None:
-            total = blocks * size
-            tokens = float(min(max(round(usage * total), 0), total))
-        namespace, pod = keys[i]
-        pods.append(
-            make(
-                namespace,
-                pod,
-                variants[i],
-                usage,
-                queue[at],
-                running[at],
-                blocks,
-                size,
-                tokens,
-                avg_in[at],
-                avg_out[at],
-                hit[at],
-                arrival[at],
-                ttft[at],
-                itl[at],
-            )
-        )
-    return tuple(pods)
+    by_field: dict[str, Sequence[Any]] = {name: values(name) for name in _FIELDS}
+    pod_numbers = numbers.tolist()
+    shape = geometry.get
+    blocks, sizes = zip(*[shape(i, _NO_GEOMETRY) for i in pod_numbers], strict=True) if count else ((), ())
+    by_field["tokens_in_use"] = [
+        None if usage is None or b is None or s is None else float(min(max(round(usage * (b * s)), 0), b * s))
+        for usage, b, s in zip(by_field["kv_cache_usage"], blocks, sizes, strict=True)
+    ]
+    keys, variants = index.keys, index.variants
+    by_field["namespace"] = [keys[i][0] for i in pod_numbers]
+    by_field["pod"] = [keys[i][1] for i in pod_numbers]
+    by_field["variant"] = [variants[i] for i in pod_numbers]
+    by_field["num_gpu_blocks"], by_field["block_size"] = blocks, sizes
+    by_field["max_batch_size"] = [None] * count
+    return pod_metrics_from_columns(by_field)
 
 
 def assemble(

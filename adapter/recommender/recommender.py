@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.domain.snapshot import Recommendation
@@ -92,13 +92,13 @@ class VariantHistory:
     def observe(self, demand_replicas: float, now_s: float) -> VariantHistory:
         if not (math.isfinite(demand_replicas) and demand_replicas >= 0):
             return self
-        return replace(
-            self,
-            long=self.long.add(demand_replicas, now_s),
-            short=self.short.add(demand_replicas, now_s),
-            first_sample_s=self.first_sample_s if self.samples else now_s,
-            last_sample_s=now_s,
-            samples=self.samples + 1,
+        return VariantHistory(  # spelled out, not `replace`: 10,000 a cycle at 10,000 VAs
+            self.long.add(demand_replicas, now_s),
+            self.short.add(demand_replicas, now_s),
+            self.first_sample_s if self.samples else now_s,
+            now_s,
+            self.samples + 1,
+            self.checkpointed_s,
         )
 
     def confidence(self, cfg: RecommenderConfig) -> float:

@@ -3,8 +3,10 @@
 
 Generated answers cover what the digests tell apart: pods behind a VA or not, requested models or not, labels
 missing, several series of one pod (LoRA adapters: max; dispatch: sum), NaN, ±Inf, negative and out-of-range
-values, cache-geometry labels that are not integers, histogram buckets with and without `+Inf` or with an
-unreadable `le`, EPP series with and without a namespace, failed queries and malformed elements.
+values, one pod name in two namespaces, a known pod's name under another namespace (the digests' fast path looks
+pods up by name: both must fall to the exact checks), cache-geometry labels that are not integers, histogram
+buckets with and without `+Inf` or with an unreadable `le`, EPP series with and without a namespace, failed
+queries and malformed elements.
 """
 
 from __future__ import annotations
@@ -118,9 +120,10 @@ def _answer(
                     labels = {label: m, **({"namespace": ns} if ns else {})}
                     out.append(_element(labels, rng.choice(VALUES)))
         return out
-    for ns, pod, model in pods:
+    for home, pod, model in pods:
         for _ in range(rng.choice((0, 1, 1, 1, 2))):  # absent, once, or twice (LoRA adapters)
             series_model = model if rng.random() < 0.9 else rng.choice(model_ids)
+            ns = home if rng.random() < 0.95 else rng.choice(namespaces)  # a known pod name in another namespace
             if name is QueryName.DISPATCH_RATE:
                 labels = {"namespace": ns, "pod_name": pod, EPP_MODEL_LABEL: series_model}
             elif rng.random() < 0.1:
