@@ -96,24 +96,36 @@ class LatencyHistogram:
         Example: [(inf, 10), (1.0, 6), (2.5, 9), (1.0, 0.5)] ⇒ ((1.0, 6.5), (2.5, 9.0), (inf, 10.0)).
         """
         summed: dict[float, float] = {}
-        for raw_le, raw_rate in pairs:
+        prior_of = summed.get
+        for raw_le, raw_rate in pairs:  # ~20 pairs a model, two histograms a model, 3,334 models at 10,000 VAs
             le, rate = float(raw_le), float(raw_rate)
-            if not le >= 0:  # NaN too
-                raise ValueError(f"a bucket bound must be a number >= 0 (seconds), got {le!r}")
-            if not 0 <= rate < INF:
+            if not (le >= 0 and 0 <= rate < INF):  # NaN too
+                if not le >= 0:
+                    raise ValueError(f"a bucket bound must be a number >= 0 (seconds), got {le!r}")
                 raise ValueError(f"bucket le={le!r}: the rate must be a finite number >= 0, got {rate!r}")
-            summed[le] = summed[le] + rate if le in summed else rate
-        if INF not in summed:
+            prior = prior_of(le)
+            summed[le] = rate if prior is None else prior + rate
+        total = prior_of(INF)
+        if total is None:
             raise ValueError("a latency histogram needs its +Inf bucket (the total rate)")
-        total = summed[INF]
         out: list[tuple[float, float]] = []
         running = 0.0
         for le in sorted(summed):
             rate = summed[le]
-            rate = min(rate, total)
-            running = max(running, rate)
+            if rate > total:  # noqa: PLR1730 (min/max calls: a third of the loop's time)
+                rate = total
+            if rate > running:  # noqa: PLR1730
+                running = rate
             out.append((le, running))
-        return cls(tuple(out))
+        return cls._canonical(tuple(out))
+
+    @classmethod
+    def _canonical(cls, buckets: tuple[tuple[float, float], ...]) -> LatencyHistogram:
+        """A histogram of buckets canonical by construction (`from_pairs` sorted, capped and raised them), without
+        the constructor's check of what was just established."""
+        histogram = object.__new__(cls)
+        object.__setattr__(histogram, "buckets", buckets)
+        return histogram
 
     @property
     def total_rps(self) -> float:

@@ -635,36 +635,56 @@ def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Cou
 def _geometry(
     query: Query, result: Sequence[Element], index: PodIndex, drops: Counter[str]
 ) -> dict[int, tuple[int, int]]:
-    """cache_config_info: the value is 1; the geometry is in the `num_gpu_blocks` / `block_size` labels."""
+    """cache_config_info: the value is 1; the geometry is in the `num_gpu_blocks` / `block_size` labels.
+
+    The same fast path as `_column` (a known pod by name, its namespace and model wanted), then the labels; the
+    exact checks otherwise, in their order: missing label, unknown model, invalid label, unknown pod."""
     out: dict[int, tuple[int, int]] = {}
     wanted = {(k.namespace, k.model_id) for k in query.models}
-    number = index.number.get
+    wanted_in: dict[str, set[str]] = {}
+    for k in query.models:
+        wanted_in.setdefault(k.namespace, set()).add(k.model_id)
+    number, by_pod, namespaces = index.number.get, index.by_pod.get, index.namespaces
     ints: dict[str | None, int | None] = {}  # the label values repeat ("16", "30000"): parse each once
+    last_namespace: str | None = None
+    models: set[str] = set()
+    last_labels: tuple[str | None, str | None] = (None, None)  # a variant's pods share their geometry
+    last_geometry: tuple[int | None, int | None] = (None, None)
     for item in result:
         labels = item.metric
         namespace = labels.namespace
         pod = labels.pod or labels.pod_name
         model = labels.model_name
         float(item.value[1])
-        if not pod or not model:
-            drops["missing-label"] += 1
-            continue
-        if (namespace, model) not in wanted:
-            drops["unknown-model"] += 1
-            continue
+        if namespace != last_namespace:
+            last_namespace, models = namespace, wanted_in.get(namespace, set())
+        i = by_pod(pod, -1)
+        fast = i >= 0 and namespaces[i] == namespace and model in models
+        if not fast:
+            if not pod or not model:
+                drops["missing-label"] += 1
+                continue
+            if (namespace, model) not in wanted:
+                drops["unknown-model"] += 1
+                continue
         raw_blocks, raw_size = labels.num_gpu_blocks, labels.block_size
-        if raw_blocks not in ints:
-            ints[raw_blocks] = _int_label(raw_blocks)
-        if raw_size not in ints:
-            ints[raw_size] = _int_label(raw_size)
-        blocks, size = ints[raw_blocks], ints[raw_size]
+        if raw_blocks != last_labels[0] or raw_size != last_labels[1]:
+            if raw_blocks not in ints:
+                ints[raw_blocks] = _int_label(raw_blocks)
+            if raw_size not in ints:
+                ints[raw_size] = _int_label(raw_size)
+            last_labels, last_geometry = (raw_blocks, raw_size), (ints[raw_blocks], ints[raw_size])
+        blocks, size = last_geometry
         if blocks is None or size is None:
             drops["invalid-label"] += 1
-        elif (i := number((namespace, pod))) is None:
-            drops["unknown-pod"] += 1
-        else:
-            old_blocks = out.get(i, (0, 0))[0]
-            out[i] = (max(blocks, old_blocks), size)
+            continue
+        if not fast:
+            if (found := number((namespace, pod))) is None:
+                drops["unknown-pod"] += 1
+                continue
+            i = found
+        old = out.get(i)
+        out[i] = (blocks if old is None or blocks > old[0] else old[0], size)
     return out
 
 
@@ -707,18 +727,22 @@ def _histograms(query: Query, result: Sequence[Element], drops: Counter[str]) ->
     pairs: dict[ModelKey, list[tuple[float, float]]] = {}
     keys: dict[tuple[str, str], ModelKey | None] = {}  # one model's ~20 elements share their labels: parse once
     bounds: dict[str, float] = {}
+    last_names: tuple[str, str] = ("", "")  # ... and mostly come one after the other: compared, not hashed
+    known: ModelKey | None = None
     for item in result:
         labels = item.metric
-        model, raw_le = labels.model_name, labels.le
+        namespace, model, raw_le = labels.namespace, labels.model_name, labels.le
         value = float(item.value[1])
         if not model or raw_le is None:
             drops["missing-label"] += 1
             continue
-        names = (labels.namespace, model)
-        if names not in keys:
-            key = ModelKey(*names)
-            keys[names] = key if key in query.models else None
-        if (known := keys[names]) is None:
+        if model != last_names[1] or namespace != last_names[0]:
+            last_names = (namespace, model)
+            if last_names not in keys:
+                key = ModelKey(namespace, model)
+                keys[last_names] = key if key in query.models else None
+            known = keys[last_names]
+        if known is None:
             drops["unknown-model"] += 1
             continue
         if (le := bounds.get(raw_le)) is None:

@@ -210,3 +210,13 @@ def test_joint_bound_is_below_both_marginals(a: float, b: float) -> None:
     joint = joint_attainment_lower_bound(a, b)
     assert joint is not None
     assert 0.0 <= joint <= min(a, b) + 1e-12
+
+
+@given(histograms(), st.randoms(use_true_random=False))
+def test_from_pairs_output_passes_the_constructors_check(pairs: list[tuple[float, float]], rng: random.Random) -> None:
+    """`from_pairs` skips the constructor's check of its own output (canonical by construction): the check,
+    run on that output, must accept it, with duplicated bounds and a rate above the total among the pairs."""
+    raw = [*pairs, *rng.sample(pairs, k=min(2, len(pairs)))]
+    raw.append((pairs[0][0], 2 * max(rate for _, rate in pairs) + 1))  # above the +Inf rate: capped
+    h = LatencyHistogram.from_pairs(raw)
+    assert LatencyHistogram(h.buckets) == h
