@@ -35,15 +35,22 @@ Deterministic: the solver's work is bounded by a number of branch-and-bound node
 recorded cycle replays bit for bit (with a time limit, a slower or busier machine explored fewer nodes and could
 keep a different incumbent). HiGHS itself is deterministic (fixed random seed, no time-dependent choices). When
 the limit is reached, the best incumbent is used (feasible, within the bound's gap) and the decision says so.
-The limit bounds work, not time: one program's time grows with its size, mostly HiGHS's root node (at 1,000
-VAs, 5, 20 or 50 nodes cost the same, 200 twice as much; the former 1 s time budget cut that root short on a
-busy machine and kept a different incumbent on a faster one). `solve` keeps the programs small
-(issue 22): a program per set of requests sharing a constrained pool, and within it the pool rows only when
-the GPUs do not suffice (see `solve`). At 1,000 VAs (tests/bench_pipeline.py, all models on two pools) a
-decide in exact mode takes ~0.3 s when the pools have room for the relaxed optimum (0.12 s of it the one
-block-diagonal program) and ~1.2 s when every pool is over-full and the joint program of all 820 requests
-must be solved (it then also reaches the node limit); the generated fleets of `make bench` keep their cost
-(exact/greedy 0.747 in the median fleet, the same as before the decomposition).
+The limit bounds work, not time: one program's time grows with its size, mostly HiGHS's root node (the
+former 1 s time budget cut that root short on a busy machine and kept a different incumbent on a faster one).
+`solve` keeps the programs small and their root nodes conclusive (issue 22): a program per set of requests
+sharing a constrained pool; within it the pool rows only when the GPUs do not suffice (see `solve`); and in a
+program with pool rows, rounding (MIR) cuts on every cover row (`rounding_cuts`). Without the cuts, that
+program's LP relaxation bought fractional replicas covering each demand exactly, its bound ignored every
+request's remainder, and HiGHS stopped at the node limit far from proving its incumbent. The cuts are valid
+inequalities (no integer allocation violates them), so the optimum is the same, only proven sooner.
+
+At 1,000 VAs (tests/bench_pipeline.py: 820 requests of one variant each, in two components of 410, one per
+pool) a decide in exact mode takes ~0.21 s when the pools have room for the relaxed optimum (~0.013 s of it the
+block-diagonal programs) and ~0.26 s when every pool is over-full (~0.07 s of it the two joint programs, proven
+optimal at the root node; before the cuts ~1.05 s, unproven at the node limit, with 12,400 tokens more unmet
+than the optimum); the rest of the decide is the pipeline around the solver (the greedy limiter's decide is
+~0.20 s). The generated fleets of `make bench` keep their cost (exact/greedy 0.747 in the median fleet, the same
+as before the decomposition and the cuts).
 """
 
 from __future__ import annotations
@@ -91,9 +98,10 @@ def solve(
     a call costs ~8 ms). If that allocation fits every pool, it is also the optimum with the pool rows (the
     program without them is a relaxation of the one with them; a relaxation's optimum that is feasible for the
     original is optimal for it), and the second program is never built. Only a component whose relaxed optimum
-    overruns a pool is solved again with its pool rows. So the exact mode costs about one block-diagonal program
-    while the GPUs suffice, and the joint program of the requests sharing the pools when they do not. Each program
-    is bounded by `node_limit` branch-and-bound nodes."""
+    overruns a pool is solved again with its pool rows, and with the rounding cuts that let HiGHS prove that
+    joint program at (or near) its root node (`rounding_cuts`). So the exact mode costs about one block-diagonal
+    program while the GPUs suffice, and the joint program of the requests sharing the pools when they do not.
+    Each program is bounded by `node_limit` branch-and-bound nodes."""
     out: dict[tuple[str, ...], dict[str, int]] = {}
     optimal = True
     components = _components(requests, gpus_free) if gpus_free is not None else [list(requests)]
