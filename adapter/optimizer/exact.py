@@ -42,7 +42,10 @@ sharing a constrained pool; within it the pool rows only when the GPUs do not su
 program with pool rows, rounding (MIR) cuts on every cover row (`rounding_cuts`). Without the cuts, that
 program's LP relaxation bought fractional replicas covering each demand exactly, its bound ignored every
 request's remainder, and HiGHS stopped at the node limit far from proving its incumbent. The cuts are valid
-inequalities (no integer allocation violates them), so the optimum is the same, only proven sooner.
+inequalities (no integer allocation violates them), so the optimum is the same, only proven sooner. They close
+the gap where each request has one variant per pool row, as in the benchmark below; not yet where requests mix
+variants across pools: 500 two-variant models on two over-full pools (1 or 2 GPUs per replica) stay unproven at
+the node limit, 1.4 s without the cuts and 3.1 s with them (issue 22, open: price-based decomposition next).
 
 At 1,000 VAs (tests/bench_pipeline.py: 820 requests of one variant each, in two components of 410, one per
 pool) a decide in exact mode takes ~0.21 s when the pools have room for the relaxed optimum (~0.013 s of it the
@@ -99,9 +102,9 @@ def solve(
     program without them is a relaxation of the one with them; a relaxation's optimum that is feasible for the
     original is optimal for it), and the second program is never built. Only a component whose relaxed optimum
     overruns a pool is solved again with its pool rows, and with the rounding cuts that let HiGHS prove that
-    joint program at (or near) its root node (`rounding_cuts`). So the exact mode costs about one block-diagonal
-    program while the GPUs suffice, and the joint program of the requests sharing the pools when they do not.
-    Each program is bounded by `node_limit` branch-and-bound nodes."""
+    joint program at its root node where each request has one variant (`rounding_cuts`). So the exact mode
+    costs about one block-diagonal program while the GPUs suffice, and the joint program of the requests sharing
+    the pools when they do not. Each program is bounded by `node_limit` branch-and-bound nodes."""
     out: dict[tuple[str, ...], dict[str, int]] = {}
     optimal = True
     components = _components(requests, gpus_free) if gpus_free is not None else [list(requests)]
