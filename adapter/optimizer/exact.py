@@ -63,7 +63,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_array
 
 from adapter.domain.capacity import VariantSupply
@@ -109,9 +109,17 @@ def solve(
     optimal = True
     components = _components(requests, gpus_free) if gpus_free is not None else [list(requests)]
     for component in components:
-        solved = _solve_component(component, gpus_free=None, node_limit=node_limit)
-        if gpus_free is not None and not (solved is not None and solved[1] and _fits(component, solved[0], gpus_free)):
-            solved = _solve_component(component, gpus_free=gpus_free, node_limit=node_limit)
+        choices = None
+        if gpus_free is not None and len(component) >= PRICED_MIN_REQUESTS:
+            choices = _all_choices(component, gpus_free)
+        if choices is not None:
+            solved = _solve_component_priced(component, choices, node_limit=node_limit)
+        else:
+            solved = _solve_component(component, gpus_free=None, node_limit=node_limit)
+            if gpus_free is not None and not (
+                solved is not None and solved[1] and _fits(component, solved[0], gpus_free)
+            ):
+                solved = _solve_component(component, gpus_free=gpus_free, node_limit=node_limit)
         if solved is None:
             return None
         targets, proven = solved
@@ -313,3 +321,274 @@ def rounding_cuts(variants: Sequence[VariantSupply], demand: float) -> list[tupl
         bound = delta * f * math.ceil(beta) + sum(a * lo for a, lo in zip(coefficients, lows, strict=True))
         cuts.append((coefficients, bound - CUT_MARGIN * (abs(bound) + 1)))
     return cuts
+
+
+PRICED_MIN_REQUESTS = 64
+"""A program with pool rows and at least this many requests is solved by price (`_solve_priced`); a smaller one
+(the generated fleets of `make bench`: 2–8 requests) by the compact program above, proven within 15 nodes."""
+CHOICES_MAX = 200_000
+"""Candidate allocations per program at most (`_all_choices`); above it, the compact program with its cuts."""
+CHOICES_PER_REQUEST_MAX = 4_096
+"""Candidate allocations per request at most: its box of replica counts, enumerated, must stay small."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Choices:
+    """One request's candidate allocations, one per row: replica counts of its priced variants, the objective
+    value cost + P·unmet of each, and the GPUs each holds per pool of the program (`pools`)."""
+
+    variants: tuple[VariantSupply, ...]
+    counts: np.ndarray
+    value: np.ndarray
+    gpus: np.ndarray
+    unmet: np.ndarray
+    capacity_gpus: np.ndarray
+    """Per pool: the right-hand side of its row, free + held (the same for every request of a program)."""
+
+    def covering(self) -> _Choices:
+        """Only the allocations that cover D_r (u_r held at 0, `_solve_component`)."""
+        keep = self.unmet <= 0
+        return _Choices(
+            self.variants, self.counts[keep], self.value[keep], self.gpus[keep], self.unmet[keep], self.capacity_gpus
+        )
+
+
+def _all_choices(requests: Sequence[ExactRequest], gpus_free: Mapping[str, int]) -> list[_Choices] | None:
+    """Every request's candidate allocations (`_choices`), or None when one box or their total is too large to
+    enumerate (`CHOICES_PER_REQUEST_MAX`, `CHOICES_MAX`)."""
+    priced = [v for r in requests for v in r.variants if v.per_replica_capacity > 0]
+    if not priced:
+        return None
+    penalty = 1 + 1000 * max(v.cost / v.per_replica_capacity for v in priced)
+    pools = sorted({v.accelerator for v in priced if v.accelerator in gpus_free})
+    capacity = np.array(
+        [
+            gpus_free[pool]
+            + sum(v.current_replicas * max(1, v.gpus_per_replica) for v in priced if v.accelerator == pool)
+            for pool in pools
+        ],
+        dtype=float,
+    )
+    out: list[_Choices] = []
+    total = 0
+    for request in requests:
+        choices = _choices(request, pools, capacity, penalty=penalty)
+        if choices is None:
+            return None
+        total += len(choices.value)
+        if total > CHOICES_MAX:
+            return None
+        out.append(choices)
+    return out
+
+
+def _choices(request: ExactRequest, pools: Sequence[str], capacity: np.ndarray, *, penalty: float) -> _Choices | None:
+    """The request's allocations that can be optimal, enumerated: every replica count n_v in [lo_v, hi_v] except
+    those that over-cover (one replica fewer of some variant would still cover D_r and keep one serving: it costs
+    no less and holds no fewer GPUs, so it is never needed), each with its value cost + P·max(0, D_r − supply).
+
+    Why the box stays small: n_v > lo_v + ⌈(D_r − Σ_w cap_w·lo_w)/cap_v⌉ over-covers by v alone, so hi_v is capped
+    there (+1 against float rounding). Worked example: D = 200,000, one variant of 80,000 tokens, lo = 1, max =
+    10: n in [1, 1 + 2 + 1 = 4]; n = 4 over-covers (3 replicas supply 240,000), so the choices are n = 1, 2, 3
+    with unmet 120,000, 40,000, 0."""
+    variants = tuple(v for v in request.variants if v.per_replica_capacity > 0)
+    lows = [min(v.min_replicas, v.max_replicas) for v in variants]
+    rest_tokens = max(
+        0.0, request.demand - sum(v.per_replica_capacity * lo for v, lo in zip(variants, lows, strict=True))
+    )
+    serving = sum(v.current_replicas for v in variants)
+    keep_one = request.demand > 0 and sum(v.max_replicas for v in variants) >= 1 and serving >= 1
+    highs = [
+        min(v.max_replicas, lo + max(1, math.ceil(rest_tokens / v.per_replica_capacity) + 1))
+        for v, lo in zip(variants, lows, strict=True)
+    ]
+    if math.prod(hi - lo + 1 for lo, hi in zip(lows, highs, strict=True)) > CHOICES_PER_REQUEST_MAX:
+        return None
+    shape = [hi - lo + 1 for lo, hi in zip(lows, highs, strict=True)]
+    counts = (
+        np.indices(shape).reshape(len(variants), -1).T + np.array(lows, dtype=np.int64)
+        if variants
+        else np.zeros((1, 0), dtype=np.int64)
+    )
+    capacity_per_replica = np.array([v.per_replica_capacity for v in variants], dtype=float)
+    supplied = counts @ capacity_per_replica
+    replicas = counts.sum(axis=1)
+    keep = replicas >= 1 if keep_one else np.ones(len(counts), dtype=bool)
+    for k, (v, lo) in enumerate(zip(variants, lows, strict=True)):
+        one_fewer_still_serves = (replicas > 1) if keep_one else np.ones(len(counts), dtype=bool)
+        keep &= ~((counts[:, k] > lo) & (supplied - v.per_replica_capacity >= request.demand) & one_fewer_still_serves)
+    unmet = np.maximum(0.0, request.demand - supplied)
+    counts, unmet = counts[keep], unmet[keep]
+    value = counts @ np.array([v.cost for v in variants], dtype=float) + penalty * unmet
+    gpus = np.zeros((len(counts), len(pools)))
+    for k, v in enumerate(variants):
+        if v.accelerator in pools:
+            gpus[:, pools.index(v.accelerator)] += counts[:, k] * max(1, v.gpus_per_replica)
+    return _Choices(variants, counts, value, gpus, unmet, capacity)
+
+
+def _solve_component_priced(
+    requests: Sequence[ExactRequest], choices: Sequence[_Choices], *, node_limit: int
+) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
+    """`_solve_component`'s steps on the enumerated allocations: first the program without pool rows, which is
+    now one choice per request, the cheapest (coverable requests held covered; the first of equals, so the same
+    input gives the same choice), with no solver call; kept when it fits the pools (a relaxation's optimum that
+    is feasible is optimal). Else the choice program with the pool rows (`_solve_priced`), every request held
+    covered if all can be and that is feasible, else every unmet unit priced."""
+    coverable = [_coverable(r) for r in requests]
+    alone = [c.covering() if held else c for c, held in zip(choices, coverable, strict=True)]
+    if min(len(c.value) for c in alone) > 0:
+        best = [int(np.argmin(c.value)) for c in alone]
+        used = sum((c.gpus[k] for c, k in zip(alone, best, strict=True)), start=np.zeros(len(alone[0].capacity_gpus)))
+        if np.all(used <= alone[0].capacity_gpus):
+            starts = np.concatenate([[0], np.cumsum([len(c.value) for c in alone])[:-1]]).astype(np.int64)
+            return _targets(requests, alone, starts + np.array(best, dtype=np.int64), starts), True
+    if all(coverable):
+        solved = _solve_priced(requests, [c.covering() for c in choices], node_limit=node_limit)
+        if solved is not None:
+            return solved
+    return _solve_priced(requests, choices, node_limit=node_limit)
+
+
+def _solve_priced(
+    requests: Sequence[ExactRequest], choices: Sequence[_Choices], *, node_limit: int
+) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
+    """The program with pool rows, decomposed by price (Dantzig–Wolfe / Lagrangian): each request picks one of its
+    candidate allocations (`_choices`), w_rk ∈ {0, 1}, and the pool rows couple them:
+
+        minimise Σ_r Σ_k value_rk·w_rk   subject to   Σ_k w_rk = 1 (each r),   Σ_r Σ_k gpus_ark·w_rk <= C_a (each a)
+
+    Why: its LP relaxation is as strong as pricing each pool. Its optimum equals max over prices λ_a >= 0 of
+    Σ_r min_k (value_rk + Σ_a λ_a·gpus_ark) − Σ_a λ_a·C_a, the Lagrangian dual, in which each request's whole
+    integer problem is solved (not its LP relaxation, as in the compact program, whose MIR cuts approximate this
+    only where a request has one variant per pool row). And a vertex of that LP has at most as many requests
+    split between allocations as there are pool rows (|rows| = requests + pools basic columns, each request needs
+    one), so rounding costs at most a few requests' worth. So: solve the LP (HiGHS dual simplex, deterministic),
+    keep every request it did not split, and choose the split ones' allocations exactly in the GPUs the others
+    leave (a program of a few requests). The LP value L bounds the optimum from below, the allocation's value Z
+    from above; Z − L <= `MIP_REL_GAP`·Z proves it as HiGHS would. Otherwise the whole choice program is given to
+    HiGHS with `node_limit` nodes, and the better allocation kept.
+
+    Worked example: one A100 GPU free for two requests of one variant each (8 tokens a replica, $1, 1 GPU, none
+    running): A needs D = 10, B needs D = 4; P = 1 + 1000·1/8 = 126. A's choices n = 0, 1, 2 are worth 1,260,
+    1 + 2·126 = 253 and 2; B's n = 0, 1 are worth 504 and 1. A's first replica saves 1,007 for its GPU, its second
+    251, B's one 503: the LP gives the GPU to A's first replica (its price λ is then between 503 and 1,007, where B
+    does not bid), L = 253 + 504 = 757, no request is split, Z = L: proven at the root."""
+    sizes = [len(c.value) for c in choices]
+    if min(sizes) == 0:
+        return None  # a request with no allowed allocation: the program is infeasible
+    fewest_gpus = sum((c.gpus.min(axis=0) for c in choices), start=np.zeros(len(choices[0].capacity_gpus)))
+    if np.any(fewest_gpus > choices[0].capacity_gpus):
+        return None  # infeasible: a pool cannot hold even each request's smallest allocation in it
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    owner = np.repeat(np.arange(len(choices)), sizes)
+    value = np.concatenate([c.value for c in choices])
+    gpus = np.concatenate([c.gpus for c in choices])
+    capacity = choices[0].capacity_gpus
+    n = len(value)
+    one_each = coo_array((np.ones(n), (owner, np.arange(n))), shape=(len(choices), n)).tocsr()
+    pool_rows = coo_array(gpus.T) if len(capacity) else None
+    relaxed = linprog(
+        value,
+        A_ub=pool_rows,
+        b_ub=capacity if len(capacity) else None,
+        A_eq=one_each,
+        b_eq=np.ones(len(choices)),
+        bounds=(0, 1),
+        method="highs-ds",
+    )
+    if relaxed.status == 2:  # infeasible: no allocation fits the pools
+        return None
+    chosen: np.ndarray | None = None
+    bound = -math.inf
+    if relaxed.status == 0:
+        bound = float(relaxed.fun)
+        weight = relaxed.x
+        best_weight = np.maximum.reduceat(weight, starts)
+        split = np.flatnonzero(best_weight < 1 - 1e-6)
+        chosen = _first_per_segment(weight >= best_weight[owner], owner, len(choices))
+        if len(split):
+            chosen = _choose_split(
+                split,
+                chosen,
+                choices=choices,
+                starts=starts,
+                value=value,
+                gpus=gpus,
+                capacity=capacity,
+                node_limit=node_limit,
+            )
+    if chosen is not None and value[chosen].sum() - bound <= MIP_REL_GAP * abs(value[chosen].sum()):
+        return _targets(requests, choices, chosen, starts), True
+    whole = _pick(value, gpus, owner, len(choices), capacity, node_limit=node_limit)
+    if whole is not None and (chosen is None or value[whole[0]].sum() <= value[chosen].sum()):
+        return _targets(requests, choices, whole[0], starts), whole[1]
+    if chosen is None:
+        return None
+    return _targets(requests, choices, chosen, starts), False
+
+
+def _first_per_segment(mask: np.ndarray, owner: np.ndarray, n_segments: int) -> np.ndarray:
+    """Per segment (owner id), the index of its first True in `mask` (every segment has one)."""
+    hits = np.flatnonzero(mask)
+    segment_of_hit = owner[hits]
+    first = np.unique(segment_of_hit, return_index=True)[1]
+    assert len(first) == n_segments
+    return hits[first]
+
+
+def _choose_split(
+    split: np.ndarray,
+    chosen: np.ndarray,
+    *,
+    choices: Sequence[_Choices],
+    starts: np.ndarray,
+    value: np.ndarray,
+    gpus: np.ndarray,
+    capacity: np.ndarray,
+    node_limit: int,
+) -> np.ndarray | None:
+    """`chosen` with the split requests' allocations chosen exactly in what the others leave of each pool."""
+    others = np.setdiff1d(np.arange(len(choices)), split)
+    left = capacity - gpus[chosen[others]].sum(axis=0)
+    index = np.concatenate([starts[r] + np.arange(len(choices[r].value)) for r in split])
+    owner = np.repeat(np.arange(len(split)), [len(choices[r].value) for r in split])
+    picked = _pick(value[index], gpus[index], owner, len(split), left, node_limit=node_limit)
+    if picked is None:
+        return None
+    out = chosen.copy()
+    out[split] = index[picked[0]]
+    return out
+
+
+def _pick(
+    value: np.ndarray, gpus: np.ndarray, owner: np.ndarray, n_requests: int, capacity: np.ndarray, *, node_limit: int
+) -> tuple[np.ndarray, bool] | None:
+    """The choice program (`_solve_priced`) as a MILP: the index of each request's allocation, and whether proven."""
+    n = len(value)
+    one_each = coo_array((np.ones(n), (owner, np.arange(n))), shape=(n_requests, n))
+    rows = [LinearConstraint(one_each, 1, 1)]
+    if len(capacity):
+        rows.append(LinearConstraint(coo_array(gpus.T), -math.inf, capacity))
+    result = milp(
+        value,
+        constraints=rows,
+        integrality=np.ones(n),
+        bounds=Bounds(0, 1),
+        options={"node_limit": node_limit, "mip_rel_gap": MIP_REL_GAP},
+    )
+    if result.x is None:
+        return None
+    picked = np.flatnonzero(result.x > 0.5)
+    return picked[np.argsort(owner[picked], kind="stable")], result.status == 0
+
+
+def _targets(
+    requests: Sequence[ExactRequest], choices: Sequence[_Choices], chosen: np.ndarray, starts: np.ndarray
+) -> dict[tuple[str, ...], dict[str, int]]:
+    out = {r.key: {v.name: v.current_replicas for v in r.variants} for r in requests}
+    for r_index, (request, c) in enumerate(zip(requests, choices, strict=True)):
+        row = c.counts[chosen[r_index] - starts[r_index]]
+        for v, count in zip(c.variants, row, strict=True):
+            out[request.key][v.name] = int(count)
+    return out
