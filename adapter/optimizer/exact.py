@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
@@ -324,38 +324,52 @@ def rounding_cuts(variants: Sequence[VariantSupply], demand: float) -> list[tupl
 
 
 PRICED_MIN_REQUESTS = 64
-"""A program with pool rows and at least this many requests is solved by price (`_solve_priced`); a smaller one
-(the generated fleets of `make bench`: 2–8 requests) by the compact program above, proven within 15 nodes."""
+"""A component with pool rows and at least this many requests is solved by price (`_solve_component_priced`); a
+smaller one (the generated fleets of `make bench`: 2–8 requests) by the compact program, proven within 15 nodes."""
 CHOICES_MAX = 200_000
-"""Candidate allocations per program at most (`_all_choices`); above it, the compact program with its cuts."""
+"""Candidate allocations per component at most (`_all_choices`); above it, the compact program with its cuts."""
 CHOICES_PER_REQUEST_MAX = 4_096
 """Candidate allocations per request at most: its box of replica counts, enumerated, must stay small."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Choices:
-    """One request's candidate allocations, one per row: replica counts of its priced variants, the objective
-    value cost + P·unmet of each, and the GPUs each holds per pool of the program (`pools`)."""
+    """Every request's candidate allocations, one per row, grouped by request (`owner` nondecreasing): the replica
+    counts of the owner's priced variants (in its order; zero-padded to the widest), the unmet demand and the
+    objective value cost + P·unmet of each, and the GPUs each holds per pool of the component."""
 
-    variants: tuple[VariantSupply, ...]
+    owner: np.ndarray
     counts: np.ndarray
+    unmet: np.ndarray
     value: np.ndarray
     gpus: np.ndarray
-    unmet: np.ndarray
     capacity_gpus: np.ndarray
-    """Per pool: the right-hand side of its row, free + held (the same for every request of a program)."""
+    """Per pool: the right-hand side of its row, free + held."""
+    n_requests: int
 
-    def covering(self) -> _Choices:
-        """Only the allocations that cover D_r (u_r held at 0, `_solve_component`)."""
-        keep = self.unmet <= 0
+    def subset(self, keep: np.ndarray) -> _Choices:
         return _Choices(
-            self.variants, self.counts[keep], self.value[keep], self.gpus[keep], self.unmet[keep], self.capacity_gpus
+            self.owner[keep],
+            self.counts[keep],
+            self.unmet[keep],
+            self.value[keep],
+            self.gpus[keep],
+            self.capacity_gpus,
+            self.n_requests,
         )
 
+    def starts(self) -> np.ndarray:
+        """Per request, the index of its first row (the next request's when it has none)."""
+        return np.searchsorted(self.owner, np.arange(self.n_requests))
 
-def _all_choices(requests: Sequence[ExactRequest], gpus_free: Mapping[str, int]) -> list[_Choices] | None:
-    """Every request's candidate allocations (`_choices`), or None when one box or their total is too large to
-    enumerate (`CHOICES_PER_REQUEST_MAX`, `CHOICES_MAX`)."""
+    def sizes(self) -> np.ndarray:
+        return np.bincount(self.owner, minlength=self.n_requests)
+
+
+def _all_choices(requests: Sequence[ExactRequest], gpus_free: Mapping[str, int]) -> _Choices | None:
+    """Every request's candidate allocations (`_choices_of`), or None when one box or their total is too large to
+    enumerate (`CHOICES_PER_REQUEST_MAX`, `CHOICES_MAX`). Requests with as many priced variants are enumerated
+    together, in one padded box (numpy, not a loop per request: at 1,000 VAs the loop cost ~40 ms)."""
     priced = [v for r in requests for v in r.variants if v.per_replica_capacity > 0]
     if not priced:
         return None
@@ -369,92 +383,118 @@ def _all_choices(requests: Sequence[ExactRequest], gpus_free: Mapping[str, int])
         ],
         dtype=float,
     )
-    out: list[_Choices] = []
-    total = 0
-    for request in requests:
-        choices = _choices(request, pools, capacity, penalty=penalty)
-        if choices is None:
+    by_width: dict[int, list[int]] = {}
+    for r_index, request in enumerate(requests):
+        by_width.setdefault(sum(1 for v in request.variants if v.per_replica_capacity > 0), []).append(r_index)
+    parts: list[_Choices] = []
+    for width in sorted(by_width):
+        group = [requests[i] for i in by_width[width]]
+        part = _choices_of(group, pools, capacity, penalty=penalty)
+        if part is None:
             return None
-        total += len(choices.value)
-        if total > CHOICES_MAX:
-            return None
-        out.append(choices)
-    return out
+        parts.append(replace(part, owner=np.array(by_width[width], dtype=np.int64)[part.owner]))
+    owner = np.concatenate([p.owner for p in parts])
+    if len(owner) > CHOICES_MAX:
+        return None
+    width_max = max(p.counts.shape[1] for p in parts)
+    counts = np.concatenate([np.pad(p.counts, ((0, 0), (0, width_max - p.counts.shape[1]))) for p in parts])
+    order = np.argsort(owner, kind="stable")
+    return _Choices(
+        owner[order],
+        counts[order],
+        np.concatenate([p.unmet for p in parts])[order],
+        np.concatenate([p.value for p in parts])[order],
+        np.concatenate([p.gpus for p in parts])[order],
+        capacity,
+        len(requests),
+    )
 
 
-def _choices(request: ExactRequest, pools: Sequence[str], capacity: np.ndarray, *, penalty: float) -> _Choices | None:
-    """The request's allocations that can be optimal, enumerated: every replica count n_v in [lo_v, hi_v] except
-    those that over-cover (one replica fewer of some variant would still cover D_r and keep one serving: it costs
-    no less and holds no fewer GPUs, so it is never needed), each with its value cost + P·max(0, D_r − supply).
+def _choices_of(
+    requests: Sequence[ExactRequest], pools: Sequence[str], capacity: np.ndarray, *, penalty: float
+) -> _Choices | None:
+    """The allocations that can be optimal of requests with as many priced variants each, enumerated: every replica
+    count n_v in [lo_v, hi_v] except those that over-cover (one replica fewer of some variant would still cover
+    D_r and keep one serving: it costs no less and holds no fewer GPUs, so it is never needed), each with its
+    value cost + P·max(0, D_r − supply). None when a request's box exceeds `CHOICES_PER_REQUEST_MAX`.
 
     Why the box stays small: n_v > lo_v + ⌈(D_r − Σ_w cap_w·lo_w)/cap_v⌉ over-covers by v alone, so hi_v is capped
     there (+1 against float rounding). Worked example: D = 200,000, one variant of 80,000 tokens, lo = 1, max =
     10: n in [1, 1 + 2 + 1 = 4]; n = 4 over-covers (3 replicas supply 240,000), so the choices are n = 1, 2, 3
-    with unmet 120,000, 40,000, 0."""
-    variants = tuple(v for v in request.variants if v.per_replica_capacity > 0)
-    lows = [min(v.min_replicas, v.max_replicas) for v in variants]
-    rest_tokens = max(
-        0.0, request.demand - sum(v.per_replica_capacity * lo for v, lo in zip(variants, lows, strict=True))
+    with unmet 120,000, 40,000, 0. The requests share one box, as wide on each axis as the widest of them;
+    counts outside a request's own box are dropped."""
+    variants = [tuple(v for v in r.variants if v.per_replica_capacity > 0) for r in requests]
+    width = len(variants[0])
+    demand = np.array([r.demand for r in requests], dtype=float)
+    lows = np.array([[min(v.min_replicas, v.max_replicas) for v in vs] for vs in variants], dtype=np.int64)
+    lows = lows.reshape(len(requests), width)
+    cap = np.array([[v.per_replica_capacity for v in vs] for vs in variants], dtype=float).reshape(lows.shape)
+    cost = np.array([[v.cost for v in vs] for vs in variants], dtype=float).reshape(lows.shape)
+    maxima = np.array([[v.max_replicas for v in vs] for vs in variants], dtype=np.int64).reshape(lows.shape)
+    keep_one = np.array(
+        [
+            r.demand > 0 and sum(v.max_replicas for v in vs) >= 1 and sum(v.current_replicas for v in vs) >= 1
+            for r, vs in zip(requests, variants, strict=True)
+        ]
     )
-    serving = sum(v.current_replicas for v in variants)
-    keep_one = request.demand > 0 and sum(v.max_replicas for v in variants) >= 1 and serving >= 1
-    highs = [
-        min(v.max_replicas, lo + max(1, math.ceil(rest_tokens / v.per_replica_capacity) + 1))
-        for v, lo in zip(variants, lows, strict=True)
-    ]
-    if math.prod(hi - lo + 1 for lo, hi in zip(lows, highs, strict=True)) > CHOICES_PER_REQUEST_MAX:
+    rest = np.maximum(0.0, demand - (cap * lows).sum(axis=1))
+    need = np.ceil(rest[:, None] / np.where(cap > 0, cap, 1.0)).astype(np.int64) + 1
+    highs = np.minimum(maxima, lows + np.maximum(1, need))
+    shape = highs - lows + 1
+    if width and np.any(np.prod(shape, axis=1) > CHOICES_PER_REQUEST_MAX):
         return None
-    shape = [hi - lo + 1 for lo, hi in zip(lows, highs, strict=True)]
-    counts = (
-        np.indices(shape).reshape(len(variants), -1).T + np.array(lows, dtype=np.int64)
-        if variants
-        else np.zeros((1, 0), dtype=np.int64)
-    )
-    capacity_per_replica = np.array([v.per_replica_capacity for v in variants], dtype=float)
-    supplied = counts @ capacity_per_replica
-    replicas = counts.sum(axis=1)
-    keep = replicas >= 1 if keep_one else np.ones(len(counts), dtype=bool)
-    for k, (v, lo) in enumerate(zip(variants, lows, strict=True)):
-        one_fewer_still_serves = (replicas > 1) if keep_one else np.ones(len(counts), dtype=bool)
-        keep &= ~((counts[:, k] > lo) & (supplied - v.per_replica_capacity >= request.demand) & one_fewer_still_serves)
-    unmet = np.maximum(0.0, request.demand - supplied)
-    counts, unmet = counts[keep], unmet[keep]
-    value = counts @ np.array([v.cost for v in variants], dtype=float) + penalty * unmet
-    gpus = np.zeros((len(counts), len(pools)))
-    for k, v in enumerate(variants):
-        if v.accelerator in pools:
-            gpus[:, pools.index(v.accelerator)] += counts[:, k] * max(1, v.gpus_per_replica)
-    return _Choices(variants, counts, value, gpus, unmet, capacity)
+    box = shape.max(axis=0) if width else np.zeros(0, dtype=np.int64)
+    offsets = np.indices(tuple(int(b) for b in box)).reshape(width, -1).T if width else np.zeros((1, 0), dtype=np.int64)
+    counts = lows[:, None, :] + offsets[None, :, :]  # (requests, box points, variants)
+    inside = np.all(counts <= highs[:, None, :], axis=2)
+    supplied = (counts * cap[:, None, :]).sum(axis=2)
+    replicas = counts.sum(axis=2)
+    serves = (replicas >= 1) | ~keep_one[:, None]
+    one_fewer_serves = (replicas > 1) | ~keep_one[:, None]
+    keep = inside & serves
+    for k in range(width):
+        over = (counts[:, :, k] > lows[:, None, k]) & (supplied - cap[:, None, k] >= demand[:, None])
+        keep &= ~(over & one_fewer_serves)
+    owner, point = np.nonzero(keep)
+    kept = counts[owner, point]
+    unmet = np.maximum(0.0, demand[owner] - supplied[owner, point])
+    value = (kept * cost[owner]).sum(axis=1) + penalty * unmet
+    gpus = np.zeros((len(owner), len(pools)))
+    for k in range(width):
+        pool_of = np.array([pools.index(vs[k].accelerator) if vs[k].accelerator in pools else -1 for vs in variants])
+        per_replica = np.array([max(1, vs[k].gpus_per_replica) for vs in variants], dtype=float)
+        rows = pool_of[owner] >= 0
+        np.add.at(gpus, (np.flatnonzero(rows), pool_of[owner][rows]), kept[rows, k] * per_replica[owner][rows])
+    return _Choices(owner, kept, unmet, value, gpus, capacity, len(requests))
 
 
 def _solve_component_priced(
-    requests: Sequence[ExactRequest], choices: Sequence[_Choices], *, node_limit: int
+    requests: Sequence[ExactRequest], choices: _Choices, *, node_limit: int
 ) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
     """`_solve_component`'s steps on the enumerated allocations: first the program without pool rows, which is
     now one choice per request, the cheapest (coverable requests held covered; the first of equals, so the same
     input gives the same choice), with no solver call; kept when it fits the pools (a relaxation's optimum that
     is feasible is optimal). Else the choice program with the pool rows (`_solve_priced`), every request held
     covered if all can be and that is feasible, else every unmet unit priced."""
-    coverable = [_coverable(r) for r in requests]
-    alone = [c.covering() if held else c for c, held in zip(choices, coverable, strict=True)]
-    if min(len(c.value) for c in alone) > 0:
-        best = [int(np.argmin(c.value)) for c in alone]
-        used = sum((c.gpus[k] for c, k in zip(alone, best, strict=True)), start=np.zeros(len(alone[0].capacity_gpus)))
-        if np.all(used <= alone[0].capacity_gpus):
-            starts = np.concatenate([[0], np.cumsum([len(c.value) for c in alone])[:-1]]).astype(np.int64)
-            return _targets(requests, alone, starts + np.array(best, dtype=np.int64), starts), True
-    if all(coverable):
-        solved = _solve_priced(requests, [c.covering() for c in choices], node_limit=node_limit)
+    coverable = np.array([_coverable(r) for r in requests], dtype=bool)
+    alone = choices.subset(~coverable[choices.owner] | (choices.unmet <= 0))
+    if np.all(alone.sizes() > 0):
+        by_value = np.lexsort((np.arange(len(alone.value)), alone.value, alone.owner))
+        best = by_value[np.unique(alone.owner[by_value], return_index=True)[1]]
+        if np.all(alone.gpus[best].sum(axis=0) <= alone.capacity_gpus):
+            return _targets(requests, alone, best), True
+    if coverable.all():
+        solved = _solve_priced(requests, choices.subset(choices.unmet <= 0), node_limit=node_limit)
         if solved is not None:
             return solved
     return _solve_priced(requests, choices, node_limit=node_limit)
 
 
 def _solve_priced(
-    requests: Sequence[ExactRequest], choices: Sequence[_Choices], *, node_limit: int
+    requests: Sequence[ExactRequest], choices: _Choices, *, node_limit: int
 ) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
     """The program with pool rows, decomposed by price (Dantzig–Wolfe / Lagrangian): each request picks one of its
-    candidate allocations (`_choices`), w_rk ∈ {0, 1}, and the pool rows couple them:
+    candidate allocations (`_choices_of`), w_rk ∈ {0, 1}, and the pool rows couple them:
 
         minimise Σ_r Σ_k value_rk·w_rk   subject to   Σ_k w_rk = 1 (each r),   Σ_r Σ_k gpus_ark·w_rk <= C_a (each a)
 
@@ -474,26 +514,21 @@ def _solve_priced(
     1 + 2·126 = 253 and 2; B's n = 0, 1 are worth 504 and 1. A's first replica saves 1,007 for its GPU, its second
     251, B's one 503: the LP gives the GPU to A's first replica (its price λ is then between 503 and 1,007, where B
     does not bid), L = 253 + 504 = 757, no request is split, Z = L: proven at the root."""
-    sizes = [len(c.value) for c in choices]
-    if min(sizes) == 0:
+    sizes = choices.sizes()
+    if np.any(sizes == 0):
         return None  # a request with no allowed allocation: the program is infeasible
-    fewest_gpus = sum((c.gpus.min(axis=0) for c in choices), start=np.zeros(len(choices[0].capacity_gpus)))
-    if np.any(fewest_gpus > choices[0].capacity_gpus):
+    starts = choices.starts()
+    value, gpus, owner, capacity = choices.value, choices.gpus, choices.owner, choices.capacity_gpus
+    if np.any(np.minimum.reduceat(gpus, starts, axis=0).sum(axis=0) > capacity):
         return None  # infeasible: a pool cannot hold even each request's smallest allocation in it
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    owner = np.repeat(np.arange(len(choices)), sizes)
-    value = np.concatenate([c.value for c in choices])
-    gpus = np.concatenate([c.gpus for c in choices])
-    capacity = choices[0].capacity_gpus
     n = len(value)
-    one_each = coo_array((np.ones(n), (owner, np.arange(n))), shape=(len(choices), n)).tocsr()
-    pool_rows = coo_array(gpus.T) if len(capacity) else None
+    one_each = coo_array((np.ones(n), (owner, np.arange(n))), shape=(choices.n_requests, n)).tocsr()
     relaxed = linprog(
         value,
-        A_ub=pool_rows,
+        A_ub=coo_array(gpus.T) if len(capacity) else None,
         b_ub=capacity if len(capacity) else None,
         A_eq=one_each,
-        b_eq=np.ones(len(choices)),
+        b_eq=np.ones(choices.n_requests),
         bounds=(0, 1),
         method="highs-ds",
     )
@@ -506,54 +541,28 @@ def _solve_priced(
         weight = relaxed.x
         best_weight = np.maximum.reduceat(weight, starts)
         split = np.flatnonzero(best_weight < 1 - 1e-6)
-        chosen = _first_per_segment(weight >= best_weight[owner], owner, len(choices))
+        heaviest = np.flatnonzero(weight >= best_weight[owner])
+        chosen = heaviest[np.unique(owner[heaviest], return_index=True)[1]]
         if len(split):
-            chosen = _choose_split(
-                split,
-                chosen,
-                choices=choices,
-                starts=starts,
-                value=value,
-                gpus=gpus,
-                capacity=capacity,
-                node_limit=node_limit,
-            )
+            chosen = _choose_split(split, chosen, choices, node_limit=node_limit)
     if chosen is not None and value[chosen].sum() - bound <= MIP_REL_GAP * abs(value[chosen].sum()):
-        return _targets(requests, choices, chosen, starts), True
-    whole = _pick(value, gpus, owner, len(choices), capacity, node_limit=node_limit)
+        return _targets(requests, choices, chosen), True
+    whole = _pick(choices, capacity, node_limit=node_limit)
     if whole is not None and (chosen is None or value[whole[0]].sum() <= value[chosen].sum()):
-        return _targets(requests, choices, whole[0], starts), whole[1]
+        return _targets(requests, choices, whole[0]), whole[1]
     if chosen is None:
         return None
-    return _targets(requests, choices, chosen, starts), False
+    return _targets(requests, choices, chosen), False
 
 
-def _first_per_segment(mask: np.ndarray, owner: np.ndarray, n_segments: int) -> np.ndarray:
-    """Per segment (owner id), the index of its first True in `mask` (every segment has one)."""
-    hits = np.flatnonzero(mask)
-    segment_of_hit = owner[hits]
-    first = np.unique(segment_of_hit, return_index=True)[1]
-    assert len(first) == n_segments
-    return hits[first]
-
-
-def _choose_split(
-    split: np.ndarray,
-    chosen: np.ndarray,
-    *,
-    choices: Sequence[_Choices],
-    starts: np.ndarray,
-    value: np.ndarray,
-    gpus: np.ndarray,
-    capacity: np.ndarray,
-    node_limit: int,
-) -> np.ndarray | None:
+def _choose_split(split: np.ndarray, chosen: np.ndarray, choices: _Choices, *, node_limit: int) -> np.ndarray | None:
     """`chosen` with the split requests' allocations chosen exactly in what the others leave of each pool."""
-    others = np.setdiff1d(np.arange(len(choices)), split)
-    left = capacity - gpus[chosen[others]].sum(axis=0)
-    index = np.concatenate([starts[r] + np.arange(len(choices[r].value)) for r in split])
-    owner = np.repeat(np.arange(len(split)), [len(choices[r].value) for r in split])
-    picked = _pick(value[index], gpus[index], owner, len(split), left, node_limit=node_limit)
+    others = np.setdiff1d(np.arange(choices.n_requests), split)
+    left = choices.capacity_gpus - choices.gpus[chosen[others]].sum(axis=0)
+    index = np.flatnonzero(np.isin(choices.owner, split))
+    sub = choices.subset(index)
+    sub = replace(sub, owner=np.searchsorted(split, sub.owner), n_requests=len(split))
+    picked = _pick(sub, left, node_limit=node_limit)
     if picked is None:
         return None
     out = chosen.copy()
@@ -561,17 +570,16 @@ def _choose_split(
     return out
 
 
-def _pick(
-    value: np.ndarray, gpus: np.ndarray, owner: np.ndarray, n_requests: int, capacity: np.ndarray, *, node_limit: int
-) -> tuple[np.ndarray, bool] | None:
-    """The choice program (`_solve_priced`) as a MILP: the index of each request's allocation, and whether proven."""
-    n = len(value)
-    one_each = coo_array((np.ones(n), (owner, np.arange(n))), shape=(n_requests, n))
+def _pick(choices: _Choices, capacity: np.ndarray, *, node_limit: int) -> tuple[np.ndarray, bool] | None:
+    """The choice program (`_solve_priced`) as a MILP within `capacity`: the index of each request's allocation,
+    and whether it is proven optimal."""
+    n = len(choices.value)
+    one_each = coo_array((np.ones(n), (choices.owner, np.arange(n))), shape=(choices.n_requests, n))
     rows = [LinearConstraint(one_each, 1, 1)]
     if len(capacity):
-        rows.append(LinearConstraint(coo_array(gpus.T), -math.inf, capacity))
+        rows.append(LinearConstraint(coo_array(choices.gpus.T), -math.inf, capacity))
     result = milp(
-        value,
+        choices.value,
         constraints=rows,
         integrality=np.ones(n),
         bounds=Bounds(0, 1),
@@ -580,15 +588,17 @@ def _pick(
     if result.x is None:
         return None
     picked = np.flatnonzero(result.x > 0.5)
-    return picked[np.argsort(owner[picked], kind="stable")], result.status == 0
+    return picked[np.argsort(choices.owner[picked], kind="stable")], result.status == 0
 
 
 def _targets(
-    requests: Sequence[ExactRequest], choices: Sequence[_Choices], chosen: np.ndarray, starts: np.ndarray
+    requests: Sequence[ExactRequest], choices: _Choices, chosen: np.ndarray
 ) -> dict[tuple[str, ...], dict[str, int]]:
+    """Targets per request from one chosen row per request (`chosen[r]`); variants of unknown capacity keep theirs."""
     out = {r.key: {v.name: v.current_replicas for v in r.variants} for r in requests}
-    for r_index, (request, c) in enumerate(zip(requests, choices, strict=True)):
-        row = c.counts[chosen[r_index] - starts[r_index]]
-        for v, count in zip(c.variants, row, strict=True):
+    rows = choices.counts[chosen].tolist()
+    for request, row in zip(requests, rows, strict=True):
+        priced = [v for v in request.variants if v.per_replica_capacity > 0]
+        for v, count in zip(priced, row, strict=False):
             out[request.key][v.name] = int(count)
     return out

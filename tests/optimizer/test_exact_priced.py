@@ -1,4 +1,4 @@
-"""The exact mode's price-based decomposition (issue 22): each request's allocations enumerated (`_choices`), the
+"""The exact mode's price-based decomposition (issue 22): each request's allocations enumerated (`_choices_of`), the
 pool rows priced by the LP of the choice program, the few requests it splits chosen exactly (`_solve_priced`).
 
 Reference: the compact joint program with its pool rows (`_solve_component`, what a component of fewer than
@@ -51,7 +51,7 @@ def value(requests: Sequence[ExactRequest], solution: Solution) -> float:
 @pytest.mark.parametrize(
     ("variants", "demand", "expected"),
     [
-        # `_choices`'s worked example: D = 200,000, 80,000 a replica, lo = 1: n = 4 over-covers (3 supply 240,000).
+        # `_choices_of`'s worked example: D = 200,000, 80,000 a replica, lo = 1: n = 4 over-covers (3 supply 240,000).
         ([variant("a", 80_000, lo=1, current=1)], 200_000, [[1], [2], [3]]),
         # Keep one: a request serving now may not go to zero (n = 0 is not a choice), one at zero may.
         ([variant("a", 80_000, current=1)], 100_000, [[1], [2]]),
@@ -70,7 +70,8 @@ def value(requests: Sequence[ExactRequest], solution: Solution) -> float:
     ids=["worked-example", "keeps-one", "may-go-to-zero", "two-variants", "at-max", "no-priced-variant"],
 )
 def test_choices(variants: list[VariantSupply], demand: float, expected: list[list[int]]) -> None:
-    choices = exact._choices(ExactRequest(("m",), tuple(variants), demand), ["A100"], np.array([100.0]), penalty=1e3)
+    request = ExactRequest(("m",), tuple(variants), demand)
+    choices = exact._choices_of([request], ["A100"], np.array([100.0]), penalty=1e3)
     assert choices is not None
     assert choices.counts.tolist() == expected
     supplied = choices.counts @ np.array([v.per_replica_capacity for v in variants], dtype=float)
@@ -80,13 +81,27 @@ def test_choices(variants: list[VariantSupply], demand: float, expected: list[li
     assert choices.gpus[:, 0].tolist() == choices.counts.sum(axis=1).tolist()
 
 
+def test_requests_of_one_width_share_a_padded_box_but_keep_their_own() -> None:
+    """`_choices_of` enumerates requests with as many variants in one box as wide as the widest; a point outside a
+    request's own box (here A's n = 2, 3 beyond its max of 1) is not one of its choices."""
+    a = ExactRequest(("a",), (variant("v", 80_000, hi=1, current=1),), 200_000)
+    b = ExactRequest(("b",), (variant("v", 80_000, lo=1, current=1),), 200_000)
+    choices = exact._choices_of([a, b], ["A100"], np.array([100.0]), penalty=1e3)
+    assert choices is not None
+    assert choices.owner.tolist() == [0, 1, 1, 1]
+    assert choices.counts.tolist() == [[1], [1], [2], [3]]
+
+
 def test_a_box_too_large_to_enumerate_is_left_to_the_compact_program() -> None:
     many = tuple(variant(f"v{k}", 1.0, hi=100) for k in range(4))  # 100^4 counts cover 400 units: too many
     request = ExactRequest(("m",), many, 400.0)
-    assert exact._choices(request, ["A100"], np.array([10.0]), penalty=1e3) is None
+    assert exact._choices_of([request], ["A100"], np.array([10.0]), penalty=1e3) is None
     assert exact._all_choices([request], {"A100": 10}) is None
-    solution = exact.solve([request] * 2, gpus_free={"A100": 10})  # still solved, by the compact program
+    other = ExactRequest(("n",), many, 400.0)
+    with priced_from(0):
+        solution = exact.solve([request, other], gpus_free={"A100": 10})  # still solved, by the compact program
     assert solution is not None
+    assert exact._fits([request, other], solution.targets, {"A100": 10})
 
 
 def test_the_worked_example_one_gpu_for_two_requests() -> None:
@@ -95,7 +110,8 @@ def test_the_worked_example_one_gpu_for_two_requests() -> None:
     b = ExactRequest(("b",), (variant("v", 8.0, cost=1.0),), 4.0)
     choices = exact._all_choices([a, b], {"A100": 1})
     assert choices is not None
-    assert [c.value.tolist() for c in choices] == [[1260.0, 253.0, 2.0], [504.0, 1.0]]
+    assert choices.owner.tolist() == [0, 0, 0, 1, 1]
+    assert choices.value.tolist() == [1260.0, 253.0, 2.0, 504.0, 1.0]
     solved = exact._solve_priced([a, b], choices, node_limit=1)
     assert solved == ({("a",): {"v": 1}, ("b",): {"v": 0}}, True)
 
