@@ -9,10 +9,14 @@ ones, so the properties compare objectives and feasibility, not targets.
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -228,3 +232,21 @@ def test_below_the_threshold_the_compact_program_is_kept(monkeypatch: pytest.Mon
     assert calls == []
     assert exact.solve(stress_fleet(exact.PRICED_MIN_REQUESTS), gpus_free={"A100": 0, "H100": 0}) is not None
     assert calls == [exact.PRICED_MIN_REQUESTS]
+
+
+def test_the_priced_answer_is_the_same_in_another_process() -> None:
+    """Determinism across processes (what a replay on another machine relies on): the LP, the split repair and
+    the ties between equal choices (the first) depend on nothing but the input."""
+    code = (
+        "import json\n"
+        "from tests.optimizer.test_exact_priced import stress_fleet\n"
+        "from adapter.optimizer import exact\n"
+        "sol = exact.solve(stress_fleet(120, seed=3), gpus_free={'A100': 0, 'H100': 0})\n"
+        "print(json.dumps([sol.proven_optimal, {'|'.join(k): dict(v) for k, v in sorted(sol.targets.items())}]))\n"
+    )
+    repo_root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=repo_root)
+    solution = exact.solve(stress_fleet(120, seed=3), gpus_free={"A100": 0, "H100": 0})
+    assert solution is not None
+    here = [solution.proven_optimal, {"|".join(k): dict(v) for k, v in sorted(solution.targets.items())}]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == here
