@@ -43,17 +43,31 @@ program with pool rows, rounding (MIR) cuts on every cover row (`rounding_cuts`)
 program's LP relaxation bought fractional replicas covering each demand exactly, its bound ignored every
 request's remainder, and HiGHS stopped at the node limit far from proving its incumbent. The cuts are valid
 inequalities (no integer allocation violates them), so the optimum is the same, only proven sooner. They close
-the gap where each request has one variant per pool row, as in the benchmark below; not yet where requests mix
-variants across pools: 500 two-variant models on two over-full pools (1 or 2 GPUs per replica) stay unproven at
-the node limit, 1.4 s without the cuts and 3.1 s with them (issue 22, open: price-based decomposition next).
+the gap where each request has one variant per pool row, not where requests mix variants across pools: a
+two-variant request's cuts are weaker than its integer hull and add up to two rows each, so 500 two-variant
+models on two over-full pools (1 or 2 GPUs per replica) stayed unproven at the node limit, 1.0–1.5 s without
+the cuts and 2.9–4.6 s with them (the root node alone 0.6–0.7 s without, 2.3–3.0 s with 955 cut rows).
 
-At 1,000 VAs (tests/bench_pipeline.py: 820 requests of one variant each, in two components of 410, one per
-pool) a decide in exact mode takes ~0.21 s when the pools have room for the relaxed optimum (~0.013 s of it the
-block-diagonal programs) and ~0.26 s when every pool is over-full (~0.07 s of it the two joint programs, proven
-optimal at the root node; before the cuts ~1.05 s, unproven at the node limit, with 12,400 tokens more unmet
-than the optimum); the rest of the decide is the pipeline around the solver (the greedy limiter's decide is
-~0.20 s). The generated fleets of `make bench` keep their cost (exact/greedy 0.747 in the median fleet, the same
-as before the decomposition and the cuts).
+So a component of `PRICED_MIN_REQUESTS` requests or more is solved by price (`_solve_component_priced`): each
+request's allocations that can be optimal are enumerated (`_choices_of`: a few to a few dozen, none that
+over-covers); the program without pool rows is then one argmin per request (no solver call), and the one with
+them a choice program whose LP relaxation is the Lagrangian dual of the pool rows (each request's integer
+problem solved under GPU prices λ_a); a vertex of that LP splits at most one request per pool row, and those
+few are chosen exactly in what the others leave (`_solve_priced`; the LP value is the proof). Those 500
+models: proven optimal (gap 0) in 0.09–0.13 s, with the compact program's best objective or better. Components
+of fewer requests (the generated fleets of `make bench`: 2–8) and boxes too large to enumerate keep the compact
+program with its cuts, proven within 15 nodes.
+
+At 1,000 VAs (tests/bench_pipeline.py, measured alternately with the compact program with cuts, 4e45dde, and
+without them, 3d96069): 820 requests of one variant each, in two components of 410, one per pool, decide in
+~0.195–0.21 s when the pools have room (0.006 s of it the solver, was 0.013) and ~0.21–0.23 s when every pool
+is over-full (0.024 s of it the two priced programs, proven; with the cuts 0.26–0.27 s, 0.066 s; before them
+1.1–1.9 s, unproven, leaving 0.15 M of 25.7 M tokens more unmet). 500 models of two variants sharing both
+over-full pools (`-mixed`): ~0.21–0.23 s (one run of nine 0.37 s on the shared machine; 0.05–0.07 s of it the
+priced program, proven optimal), with the cuts 1.8–2.8 s and before them 0.84–1.2 s, both unproven; the greedy
+limiter's decide is ~0.14 s there, at 7 % less cost and 6x the unmet demand. The generated fleets of `make
+bench` keep their cost (exact/greedy 0.747 in the median fleet, the same as before the decomposition, the cuts
+and the pricing).
 """
 
 from __future__ import annotations
@@ -102,9 +116,11 @@ def solve(
     program without them is a relaxation of the one with them; a relaxation's optimum that is feasible for the
     original is optimal for it), and the second program is never built. Only a component whose relaxed optimum
     overruns a pool is solved again with its pool rows, and with the rounding cuts that let HiGHS prove that
-    joint program at its root node where each request has one variant (`rounding_cuts`). So the exact mode
-    costs about one block-diagonal program while the GPUs suffice, and the joint program of the requests sharing
-    the pools when they do not. Each program is bounded by `node_limit` branch-and-bound nodes."""
+    joint program at its root node where each request has one variant (`rounding_cuts`). A component of
+    `PRICED_MIN_REQUESTS` requests or more takes the same two steps by price instead (`_solve_component_priced`:
+    the relaxation is one argmin per request, the joint program a choice program priced by its LP). So the exact
+    mode costs about one block-diagonal program while the GPUs suffice, and the joint program of the requests
+    sharing the pools when they do not. Each program is bounded by `node_limit` branch-and-bound nodes."""
     out: dict[tuple[str, ...], dict[str, int]] = {}
     optimal = True
     components = _components(requests, gpus_free) if gpus_free is not None else [list(requests)]
