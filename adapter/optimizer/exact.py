@@ -454,7 +454,10 @@ def _choices_of(
         ]
     )
     rest = np.maximum(0.0, demand - (cap * lows).sum(axis=1))
-    need = np.ceil(rest[:, None] / np.where(cap > 0, cap, 1.0)).astype(np.int64) + 1
+    # replicas to cover the rest by one variant alone (+1); clipped so that an absurd ratio cannot overflow int64
+    need = (
+        np.minimum(np.ceil(rest[:, None] / np.where(cap > 0, cap, 1.0)), CHOICES_PER_REQUEST_MAX).astype(np.int64) + 1
+    )
     highs = np.minimum(maxima, lows + np.maximum(1, need))
     shape = highs - lows + 1
     if width and np.any(np.prod(shape, axis=1) > CHOICES_PER_REQUEST_MAX):

@@ -101,6 +101,8 @@ def test_a_box_too_large_to_enumerate_is_left_to_the_compact_program() -> None:
     request = ExactRequest(("m",), many, 400.0)
     assert exact._choices_of([request], ["A100"], np.array([10.0]), penalty=1e3) is None
     assert exact._all_choices([request], {"A100": 10}) is None
+    tiny = ExactRequest(("t",), (variant("v", 1e-12, hi=2**31 - 1),), 1e12)  # 1e24 replicas: no int64 overflow
+    assert exact._choices_of([tiny], ["A100"], np.array([10.0]), penalty=1e3) is None
     other = ExactRequest(("n",), many, 400.0)
     with priced_from(0):
         solution = exact.solve([request, other], gpus_free={"A100": 10})  # still solved, by the compact program
