@@ -346,6 +346,9 @@ CHOICES_MAX = 200_000
 """Candidate allocations per component at most (`_all_choices`); above it, the compact program with its cuts."""
 CHOICES_PER_REQUEST_MAX = 4_096
 """Candidate allocations per request at most: its box of replica counts, enumerated, must stay small."""
+PADDED_POINTS_MAX = 1_000_000
+"""Box points enumerated at once (`_choices_of`: requests x points of their shared box), bounding its memory
+(~100 bytes a point across its arrays); a larger group is enumerated in halves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,6 +466,21 @@ def _choices_of(
     if width and np.any(np.prod(shape, axis=1) > CHOICES_PER_REQUEST_MAX):
         return None
     box = shape.max(axis=0) if width else np.zeros(0, dtype=np.int64)
+    if len(requests) > 1 and len(requests) * int(np.prod(box)) > PADDED_POINTS_MAX:
+        half = len(requests) // 2  # the padded box would be too large in memory: enumerate each half apart
+        first = _choices_of(requests[:half], pools, capacity, penalty=penalty)
+        second = _choices_of(requests[half:], pools, capacity, penalty=penalty)
+        if first is None or second is None:
+            return None
+        return _Choices(
+            np.concatenate([first.owner, second.owner + half]),
+            np.concatenate([first.counts, second.counts]),
+            np.concatenate([first.unmet, second.unmet]),
+            np.concatenate([first.value, second.value]),
+            np.concatenate([first.gpus, second.gpus]),
+            capacity,
+            len(requests),
+        )
     offsets = np.indices(tuple(int(b) for b in box)).reshape(width, -1).T if width else np.zeros((1, 0), dtype=np.int64)
     counts = lows[:, None, :] + offsets[None, :, :]  # (requests, box points, variants)
     inside = np.all(counts <= highs[:, None, :], axis=2)

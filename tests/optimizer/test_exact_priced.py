@@ -96,6 +96,19 @@ def test_requests_of_one_width_share_a_padded_box_but_keep_their_own() -> None:
     assert choices.counts.tolist() == [[1], [1], [2], [3]]
 
 
+def test_a_group_too_large_to_pad_at_once_is_enumerated_in_halves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same choices whether the requests share one padded box or are split until each part fits."""
+    requests = stress_fleet(9)
+    pools, capacity = ["A100", "H100"], np.array([100.0, 100.0])
+    whole = exact._choices_of(requests, pools, capacity, penalty=1e3)
+    monkeypatch.setattr(exact, "PADDED_POINTS_MAX", 1)
+    halves = exact._choices_of(requests, pools, capacity, penalty=1e3)
+    assert whole is not None
+    assert halves is not None
+    for field in ("owner", "counts", "unmet", "value", "gpus"):
+        assert getattr(halves, field).tolist() == getattr(whole, field).tolist(), field
+
+
 def test_a_box_too_large_to_enumerate_is_left_to_the_compact_program() -> None:
     many = tuple(variant(f"v{k}", 1.0, hi=100) for k in range(4))  # 100^4 counts cover 400 units: too many
     request = ExactRequest(("m",), many, 400.0)
