@@ -54,9 +54,14 @@ over-covers); the program without pool rows is then one argmin per request (no s
 them a choice program whose LP relaxation is the Lagrangian dual of the pool rows (each request's integer
 problem solved under GPU prices λ_a); a vertex of that LP splits at most one request per pool row, and those
 few are chosen exactly in what the others leave (`_solve_priced`; the LP value is the proof). Those 500
-models: proven optimal (gap 0) in 0.09–0.13 s, with the compact program's best objective or better. Components
-of fewer requests (the generated fleets of `make bench`: 2–8) and boxes too large to enumerate keep the compact
-program with its cuts, proven within 15 nodes.
+models: proven optimal (gap 0) in 0.09–0.13 s, with the compact program's best objective or better. When the
+rounded allocation is not within the gap of the LP bound, the compact program runs too and the better is kept
+(no worse than before, at the LP's cost more). Components of fewer requests (the generated fleets of `make
+bench`: 2–8) and boxes too large to enumerate keep the compact program with its cuts, proven within 15 nodes
+there. Open: requests of 3–4 variants with wide boxes. 284 requests of the generated fleets' shape (1–4
+variants, three over-full pools) exceed `CHOICES_PER_REQUEST_MAX` and stay compact, 2.5 s unproven; with a
+box limit of 20,000 they enumerate to 50,000 choices whose LP bound is within 0.005 % of the optimum, but
+rounding its three split requests lands 0.5 % above it, so the compact program decides anyway (2.8 s).
 
 At 1,000 VAs (tests/bench_pipeline.py, measured alternately with the compact program with cuts, 4e45dde, and
 without them, 3d96069): 820 requests of one variant each, in two components of 410, one per pool, decide in
@@ -73,7 +78,7 @@ and the pricing).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -128,8 +133,8 @@ def solve(
         choices = None
         if gpus_free is not None and len(component) >= PRICED_MIN_REQUESTS:
             choices = _all_choices(component, gpus_free)
-        if choices is not None:
-            solved = _solve_component_priced(component, choices, node_limit=node_limit)
+        if choices is not None and gpus_free is not None:
+            solved = _solve_component_priced(component, choices, gpus_free=gpus_free, node_limit=node_limit)
         else:
             solved = _solve_component(component, gpus_free=None, node_limit=node_limit)
             if gpus_free is not None and not (
@@ -506,7 +511,7 @@ def _choices_of(
 
 
 def _solve_component_priced(
-    requests: Sequence[ExactRequest], choices: _Choices, *, node_limit: int
+    requests: Sequence[ExactRequest], choices: _Choices, *, gpus_free: Mapping[str, int], node_limit: int
 ) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
     """`_solve_component`'s steps on the enumerated allocations: first the program without pool rows, which is
     now one choice per request, the cheapest (coverable requests held covered; the first of equals, so the same
@@ -521,14 +526,28 @@ def _solve_component_priced(
         if np.all(alone.gpus[best].sum(axis=0) <= alone.capacity_gpus):
             return _targets(requests, alone, best), True
     if coverable.all():
-        solved = _solve_priced(requests, choices.subset(choices.unmet <= 0), node_limit=node_limit)
+        solved = _solve_priced(
+            requests,
+            choices.subset(choices.unmet <= 0),
+            node_limit=node_limit,
+            fallback=lambda: _solve_program(requests, gpus_free=gpus_free, node_limit=node_limit, cover=True),
+        )
         if solved is not None:
             return solved
-    return _solve_priced(requests, choices, node_limit=node_limit)
+    return _solve_priced(
+        requests,
+        choices,
+        node_limit=node_limit,
+        fallback=lambda: _solve_program(requests, gpus_free=gpus_free, node_limit=node_limit, cover=False),
+    )
 
 
 def _solve_priced(
-    requests: Sequence[ExactRequest], choices: _Choices, *, node_limit: int
+    requests: Sequence[ExactRequest],
+    choices: _Choices,
+    *,
+    node_limit: int,
+    fallback: Callable[[], tuple[dict[tuple[str, ...], dict[str, int]], bool] | None] | None = None,
 ) -> tuple[dict[tuple[str, ...], dict[str, int]], bool] | None:
     """The program with pool rows, decomposed by price (Dantzig–Wolfe / Lagrangian): each request picks one of its
     candidate allocations (`_choices_of`), w_rk ∈ {0, 1}, and the pool rows couple them:
@@ -543,8 +562,11 @@ def _solve_priced(
     one), so rounding costs at most a few requests' worth. So: solve the LP (HiGHS dual simplex, deterministic),
     keep every request it did not split, and choose the split ones' allocations exactly in the GPUs the others
     leave (a program of a few requests). The LP value L bounds the optimum from below, the allocation's value Z
-    from above; Z − L <= `MIP_REL_GAP`·Z proves it as HiGHS would. Otherwise the whole choice program is given to
-    HiGHS with `node_limit` nodes, and the better allocation kept.
+    from above; Z − L <= `MIP_REL_GAP`·Z proves it as HiGHS would. Otherwise `fallback` (the compact program
+    with its cuts, what the component got before) runs too, and the better allocation is kept, proven if the
+    compact program proved it or the LP bound does. Not the whole choice program: on 284 requests of 1–4
+    variants (50,000 choices) HiGHS took 14 s to prove it, where the LP bound was within 0.005 % of the optimum
+    and rounding the three split requests 0.5 % above.
 
     Worked example: one A100 GPU free for two requests of one variant each (8 tokens a replica, $1, 1 GPU, none
     running): A needs D = 10, B needs D = 4; P = 1 + 1000·1/8 = 126. A's choices n = 0, 1, 2 are worth 1,260,
@@ -582,14 +604,33 @@ def _solve_priced(
         chosen = heaviest[np.unique(owner[heaviest], return_index=True)[1]]
         if len(split):
             chosen = _choose_split(split, chosen, choices, node_limit=node_limit)
-    if chosen is not None and value[chosen].sum() - bound <= MIP_REL_GAP * abs(value[chosen].sum()):
+    if chosen is not None and _within_gap(float(value[chosen].sum()), bound):
         return _targets(requests, choices, chosen), True
-    whole = _pick(choices, capacity, node_limit=node_limit)
-    if whole is not None and (chosen is None or value[whole[0]].sum() <= value[chosen].sum()):
-        return _targets(requests, choices, whole[0]), whole[1]
+    compact = fallback() if fallback is not None else None
+    if compact is not None:
+        compact_value = _objective(requests, compact[0])
+        if chosen is None or compact_value <= value[chosen].sum():
+            return compact[0], compact[1] or _within_gap(compact_value, bound)
     if chosen is None:
         return None
     return _targets(requests, choices, chosen), False
+
+
+def _within_gap(value: float, bound: float) -> bool:
+    """Whether an allocation worth `value` is proven optimal by a lower bound, as HiGHS proves it (`MIP_REL_GAP`)."""
+    return value - bound <= MIP_REL_GAP * abs(value)
+
+
+def _objective(requests: Sequence[ExactRequest], targets: Mapping[tuple[str, ...], Mapping[str, int]]) -> float:
+    """cost + P·unmet of an allocation, P as in the programs (`_solve_program`, `_all_choices`)."""
+    priced = [v for r in requests for v in r.variants if v.per_replica_capacity > 0]
+    penalty = 1 + 1000 * max(v.cost / v.per_replica_capacity for v in priced)
+    total = 0.0
+    for r in requests:
+        own = [v for v in r.variants if v.per_replica_capacity > 0]
+        supplied = sum(v.per_replica_capacity * targets[r.key][v.name] for v in own)
+        total += sum(v.cost * targets[r.key][v.name] for v in own) + penalty * max(0.0, r.demand - supplied)
+    return total
 
 
 def _choose_split(split: np.ndarray, chosen: np.ndarray, choices: _Choices, *, node_limit: int) -> np.ndarray | None:

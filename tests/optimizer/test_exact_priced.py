@@ -265,3 +265,29 @@ def test_the_priced_answer_is_the_same_in_another_process() -> None:
     assert solution is not None
     here = [solution.proven_optimal, {"|".join(k): dict(v) for k, v in sorted(solution.targets.items())}]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == here
+
+
+def test_when_rounding_is_not_proven_the_compact_program_also_runs_and_the_better_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The LP bound not met by the rounded allocation (forced here: no gap is ever within): the compact program
+    with its cuts runs too, the better allocation is kept, and it fits the pools."""
+    requests, free = stress_fleet(80), {"A100": 0, "H100": 0}
+    with priced_from(10**9):
+        compact = exact.solve(requests, gpus_free=free)
+    calls: list[bool] = []
+    solve_program = exact._solve_program
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(kwargs["gpus_free"] is not None)
+        return solve_program(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(exact, "_solve_program", counting)
+    monkeypatch.setattr(exact, "_within_gap", lambda value, bound: False)
+    priced = exact.solve(requests, gpus_free=free)
+    assert compact is not None
+    assert priced is not None
+    assert calls == [True], "the compact program with pool rows ran once (cover=False: not all coverable)"
+    assert fits(requests, priced, free)
+    assert value(requests, priced) <= value(requests, compact) + 1e-6
+    assert priced.proven_optimal == compact.proven_optimal
