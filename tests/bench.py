@@ -95,10 +95,17 @@ def summary(figures: dict[str, Any]) -> list[Row]:
         rows.append(
             ("decide, 1k -> 10k VAs", f"{ratio:.1f}x (CPU {cpu_ratio:.1f}x)", "<= 10.5x (linear)", ratio / 10.5)
         )
-    for mode, label in (("v2-exact", "pools over-full"), ("v2-exact-headroom", "pools with room")):
+    exact_modes = (
+        ("v2-exact", "pools over-full"),
+        ("v2-exact-headroom", "pools with room"),
+        ("v2-exact-mixed", "two-variant models, pools over-full"),
+    )
+    for mode, label in exact_modes:
         exact, greedy = _decide_mode(figures, mode), _decide_mode(figures, mode.replace("exact", "limiter"))
         if exact is not None:
             cost = f", fleet cost {exact['fleet_cost']:.0f} vs greedy {greedy['fleet_cost']:.0f}" if greedy else ""
+            if greedy and "unmet_capacity" in exact and "unmet_capacity" in greedy:
+                cost += f", unmet {exact['unmet_capacity']:.3g} vs {greedy['unmet_capacity']:.3g}"
             rows.append(
                 (
                     f"exact MILP mode, decide at 1,000 VAs ({label})",

@@ -1,6 +1,7 @@
 """Allocation and decision-cycle benchmark (issue 7): greedy vs exact (MILP) allocation on generated fleets,
-and `engine.decide` at 1,000 VAs with V1, V2, and V2 with the GPU limiter (and exact mode), and with the
-queueing model at 100 VAs (its filter evaluates the queueing model per busy pod: ~10x the cost per VA).
+and `engine.decide` at 1,000 VAs with V1, V2, and V2 with the GPU limiter (and exact mode; `-mixed`: models of two
+variants sharing both over-full pools, `scale_snapshot`), and with the queueing model at 100 VAs (its filter
+evaluates the queueing model per busy pod: ~10x the cost per VA).
 
 Prints figures measured in this run (medians; the machine is shared and noisy); asserts nothing about time.
 Each decide configuration runs in its own child process so its peak RSS is its own.
@@ -148,16 +149,25 @@ def _saturation_default(mode: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def scale_snapshot(n_vas: int, *, seed: int = 7) -> Snapshot:
-    """n VAs as n/2 models of two variants (A100 and L4), 1–4 pods each, with token-level metrics."""
+def scale_snapshot(n_vas: int, *, seed: int = 7, mixed: bool = False) -> Snapshot:
+    """n VAs, 1–4 pods each, with token-level metrics, on two pools of n GPUs each (fewer than the pods use).
+
+    Default: n/2 model names of two variants (A100 and H100, alike: $15, 8,000 blocks, 1 GPU a replica) whose two
+    VAs are in different namespaces, so every model has one variant (the exact mode's programs: one per pool).
+    `mixed`: n/2 models of two variants each in one namespace, the H100 one with twice the blocks for $20 (cheaper
+    per token), 1 or 2 GPUs a replica, so every model's program spans both pools and all of them are one
+    component (issue 22's multi-variant stress fleet)."""
     rng = random.Random(seed)
+    accelerators = ACCELERATORS[:2]
     views, pods = [], []
     for i in range(n_vas):
-        ns = f"ns-{i % 20}"
+        ns = f"ns-{(i // 2) % 20}" if mixed else f"ns-{i % 20}"
         model = f"model-{i // 2}"
         name = f"va-{i}"
-        accelerator = ACCELERATORS[i % 2]
+        accelerator = accelerators[i % 2]
         replicas = rng.randint(1, 4)
+        gpus_per_replica = rng.choice((1, 1, 2)) if mixed else 1
+        blocks = 16000 if mixed and accelerator == "H100" else 2000 if accelerator == "L4" else 8000
         spec = VariantSpec(
             key=VariantKey(ns, name),
             model_id=model,
@@ -165,10 +175,10 @@ def scale_snapshot(n_vas: int, *, seed: int = 7) -> Snapshot:
             target_name=name,
             min_replicas=1,
             max_replicas=10,
-            cost=5.0 if accelerator == "L4" else 15.0,
+            cost=20.0 if mixed and accelerator == "H100" else 5.0 if accelerator == "L4" else 15.0,
             accelerator=accelerator,
         )
-        target = ScaleTarget("Deployment", ns, name, replicas, replicas, replicas, gpus_per_replica=1)
+        target = ScaleTarget("Deployment", ns, name, replicas, replicas, replicas, gpus_per_replica=gpus_per_replica)
         views.append(VariantView(spec=spec, target=target))
         for p in range(replicas):
             kv = rng.uniform(0.1, 0.95)
@@ -179,14 +189,14 @@ def scale_snapshot(n_vas: int, *, seed: int = 7) -> Snapshot:
                     variant=name,
                     kv_cache_usage=kv,
                     queue_length=float(rng.randint(0, 8)),
-                    num_gpu_blocks=2000 if accelerator == "L4" else 8000,
+                    num_gpu_blocks=blocks,
                     block_size=16,
-                    tokens_in_use=kv * (2000 if accelerator == "L4" else 8000) * 16,
+                    tokens_in_use=kv * blocks * 16,
                     avg_input_tokens=rng.uniform(200, 2000),
                     avg_output_tokens=rng.uniform(50, 800),
                 )
             )
-    nodes = tuple(NodeGpus(f"node-{a}-{k}", a, 8) for a in ACCELERATORS[:2] for k in range(n_vas // 8))
+    nodes = tuple(NodeGpus(f"node-{a}-{k}", a, 8) for a in accelerators for k in range(n_vas // 8))
     return Snapshot(taken_at_s=1_767_225_600.0, variants=tuple(views), pods=tuple(pods), nodes=nodes)
 
 
@@ -222,7 +232,7 @@ def with_headroom(snapshot: Snapshot, fraction: float) -> Snapshot:
 
 
 def child_decide(mode: str, n_vas: int, runs: int) -> dict[str, Any]:
-    snapshot = scale_snapshot(n_vas)
+    snapshot = scale_snapshot(n_vas, mixed=mode.endswith("-mixed"))
     if mode.endswith("-headroom"):
         snapshot = with_headroom(snapshot, 1.0)
     raw = [(DEFAULT_CONTROLLER_NAMESPACE, SATURATION_CM, {"default": _saturation_default(mode)})]
@@ -244,13 +254,17 @@ def child_decide(mode: str, n_vas: int, runs: int) -> dict[str, Any]:
         "decide_ms_median": round(statistics.median(times) * 1e3, 1),
         "fleet_cost": round(sum(d.desired_replicas * costs[k] for k, d in result.decisions.items()), 1),
         "unproven": sum("node limit" in " ".join(d.notes) for d in result.decisions.values()),
+        "unmet_capacity": round(
+            sum(a.analysis.get("allocation", {}).get("unmet_capacity", 0.0) for a in result.analyses.values())
+        ),
         "peak_rss_mb": round(rss_mb, 1),
     }
 
 
 def bench_decide(n_vas: int, runs: int, qm_vas: int) -> list[dict[str, Any]]:
     rows = []
-    for mode in ("v1", "v2", "v2-limiter", "v2-exact", "v2-limiter-headroom", "v2-exact-headroom", "qm"):
+    modes = ("v1", "v2", "v2-limiter", "v2-exact", "v2-limiter-headroom", "v2-exact-headroom")
+    for mode in (*modes, "v2-limiter-mixed", "v2-exact-mixed", "qm"):
         vas = qm_vas if mode == "qm" else n_vas
         out = subprocess.run(
             [sys.executable, "-m", "tests.bench_pipeline", "--child", mode, "--vas", str(vas), "--runs", str(runs)],

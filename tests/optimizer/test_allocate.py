@@ -251,24 +251,23 @@ def test_exact_still_prices_what_no_replica_count_can_cover() -> None:
 
 
 def _branching_fleet() -> tuple[list[CapacitySignal], GpuPools]:
-    """A generated fleet (three pools, `make bench`'s shape) whose program needs more than one branch-and-bound
-    node. The former one (a `make bench` fleet) is solved at the root since coverable demand is held covered."""
+    """A generated fleet (three pools, `make bench`'s shape: `generated_fleet` seed 1100) whose program needs more
+    than one branch-and-bound node. The former ones are solved at the root: one (a `make bench` fleet) since
+    coverable demand is held covered, the next since the pool programs carry rounding cuts (issue 22)."""
     a = signal(
         A,
-        supply("v0", cost=37.74, cap=18000, current=1, hi=6, accel="H100"),
-        supply("v1", cost=25.1, cap=17000, current=2, hi=6, gpr=4, accel="A100"),
-        supply("v2", cost=29.73, cap=12000, current=2, hi=7, gpr=2, accel="H100"),
-        supply("v3", cost=25.27, cap=7000, current=2, hi=7, gpr=2, accel="L4"),
-        required=36530.5,
+        supply("v0", cost=37.39, cap=5000, current=1, hi=5, accel="L4"),
+        supply("v1", cost=2.63, cap=19000, hi=4, gpr=4, accel="A100"),
+        required=29173.7,
     )
     b = signal(
         B,
-        supply("v0", cost=37.93, cap=18000, hi=5, gpr=4, accel="H100"),
-        supply("v1", cost=28.55, cap=7000, hi=9, gpr=4, accel="A100"),
-        supply("v2", cost=29.45, cap=10000, current=1, hi=5, gpr=4, accel="A100"),
-        required=29612.5,
+        supply("v0", cost=20.19, cap=5000, current=2, hi=7, gpr=4, accel="H100"),
+        supply("v1", cost=33.56, cap=19000, current=1, hi=6, gpr=4, accel="A100"),
+        supply("v2", cost=23.19, cap=17000, current=3, hi=5, accel="L4"),
+        required=19758.3,
     )
-    return [a, b], GpuPools({"A100": 18, "H100": 10, "L4": 20}, uses_of(a, b))
+    return [a, b], GpuPools({"A100": 5, "H100": 13, "L4": 6}, uses_of(a, b))
 
 
 def _requests(signals: list[CapacitySignal]) -> list[exact.ExactRequest]:
