@@ -91,6 +91,7 @@ class SaturationPercentage:
                 proposal[name] = (
                     prev.num_replicas if prev is not None and prev.num_replicas > 0 else state.current_replicas
                 )
+        loads = {v.name: v.load_replicas for v in analysis.variants}
         signal = CapacitySignal(
             model=model.model,
             analyzer=AnalyzerName.SATURATION_PERCENTAGE,
@@ -98,12 +99,7 @@ class SaturationPercentage:
             required=float(analysis.should_scale_up),
             spare=float(analysis.scale_down_safe),
             variants=tuple(
-                supply_of(
-                    view,
-                    per_replica_capacity=1.0,
-                    demand=replica_load(model.pods.get(view.key.name, ()), view.key.name, config),
-                )
-                for view in model.views
+                supply_of(view, per_replica_capacity=1.0, demand=loads.get(view.key.name, 0.0)) for view in model.views
             ),
             priority=config.priority,
             proposal=proposal,
@@ -131,21 +127,6 @@ def _replica_state(view: VariantView, previous: DesiredAlloc | None) -> VariantR
         max_replicas=view.spec.max_replicas,
         desired_since_s=previous.last_update_s if previous else None,
     )
-
-
-def replica_load(pods: Sequence[PodMetrics], variant: str, cfg: SaturationConfig) -> float:
-    """The demand of a variant's pods in replicas' worth (what the recommender samples): each pod counts
-    max(kv_cache_usage / kvCacheThreshold, queue_length / queueLengthThreshold), so a pod exactly at its
-    saturation threshold is one replica of demand. Example (0.80 / 5): kv 0.4, queue 5 → max(0.5, 1.0) = 1.0."""
-    load = 0.0
-    kv_threshold, queue_threshold = cfg.kv_cache_threshold, cfg.queue_length_threshold
-    for pod in pods:
-        if pod.variant != variant:
-            continue
-        kv = (pod.kv_cache_usage or 0.0) / kv_threshold if kv_threshold > 0 else 0.0
-        queue = (pod.queue_length or 0.0) / queue_threshold if queue_threshold > 0 else 0.0
-        load += kv if kv >= queue else queue  # max(kv, queue) without the call: once per pod
-    return load
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +225,11 @@ class VariantSaturation:
     avg_spare_queue: float
     max_kv_cache_usage: float
     max_queue_length: float
+    load_replicas: float = 0.0
+    """The variant's demand in replicas' worth (what the recommender samples): each pod counts
+    max(kv_cache_usage / kvCacheThreshold, queue_length / queueLengthThreshold), so a pod exactly at its
+    saturation threshold is one replica of demand. Example (0.80 / 5): kv 0.4, queue 5 → max(0.5, 1.0) = 1.0.
+    Summed in the same pass over the pods as the rest (one pass over 100,000 pods at 10,000 VAs, not two)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +270,12 @@ def measure(pods: Iterable[PodMetrics], *, cfg: SaturationConfig, costs: Mapping
         members = sorted(by_variant[name], key=by_pod)
         saturated: list[str] = []
         spare_kv = spare_queue = 0.0
-        max_kv = max_queue = 0.0
+        max_kv = max_queue = load = 0.0
         for pod in members:  # 100,000 pods at 10,000 VAs: locals and comparisons, no max() call
             kv, queue = pod.kv_cache_usage or 0.0, pod.queue_length or 0.0  # missing counts 0, as upstream
+            kv_load = kv / kv_threshold if kv_threshold > 0 else 0.0
+            queue_load = queue / queue_threshold if queue_threshold > 0 else 0.0
+            load += kv_load if kv_load >= queue_load else queue_load
             if kv > max_kv:  # noqa: PLR1730 (a max() call per pod costs ~20 ms a cycle at 10,000 VAs)
                 max_kv = kv
             if queue > max_queue:  # noqa: PLR1730
@@ -311,6 +300,7 @@ def measure(pods: Iterable[PodMetrics], *, cfg: SaturationConfig, costs: Mapping
                 avg_spare_queue=spare_queue / non_saturated if non_saturated else 0.0,
                 max_kv_cache_usage=max_kv,
                 max_queue_length=max_queue,
+                load_replicas=load,
             )
         )
 

@@ -138,9 +138,10 @@ def recommend(history: VariantHistory, cfg: RecommenderConfig) -> Recommendation
     if history.samples == 0 or history.long.is_empty:
         return None
     margin = 1.0 + cfg.safety_margin
-    target = history.long.percentile(cfg.target_percentile) * margin
-    lower = history.long.percentile(cfg.lower_percentile) * margin
-    upper = history.long.percentile(cfg.upper_percentile) * margin
+    target, lower, upper = (
+        q * margin
+        for q in history.long.percentiles((cfg.target_percentile, cfg.lower_percentile, cfg.upper_percentile))
+    )
     confidence = history.confidence(cfg)
     if confidence > 0:
         upper *= (1 + cfg.upper_multiplier / confidence) ** cfg.upper_exponent
