@@ -324,8 +324,8 @@ class _ExternalMetricsAPI:
 
     def _allowed_quickly(self, request: web.Request, connection: _Connection) -> bool:
         """The steady state without a coroutine: the front proxy vouches synchronously (on a repeated header set,
-        from the connection's memo) and the authorization cache holds a fresh allow. False: take the awaited
-        `_check_access`, which asks again from the start (and raises the refusals)."""
+        from the connection's memo) and the authorization cache holds a fresh decision (a deny raises Forbidden
+        here). False: take the awaited `_check_access`, which asks again from the start."""
         front_proxy = self._front_proxy
         if front_proxy is None:
             return False
@@ -341,7 +341,14 @@ class _ExternalMetricsAPI:
             return True
         attributes = self._attributes.get((request.method, request.path))
         cached = self._cached_decision
-        return attributes is not None and cached is not None and cached(user, attributes) is True
+        if attributes is None or cached is None:
+            return False
+        decision = cached(user, attributes)  # counted as a hit when fresh: ask it once per request
+        if decision is None:
+            return False
+        if not decision:
+            raise _forbidden(user, attributes)
+        return True
 
     async def _check_access(self, request: web.Request, connection: _Connection) -> None:
         """Authenticate, then authorize; raises Unauthorized, Forbidden or BadRequest (a namespace no object can
