@@ -252,8 +252,11 @@ class _ExternalMetricsAPI:
         self._auth_enabled = authenticator is not None or authorizer is not None
         self._cache_entries = cache_entries
         self._selectors: dict[str, Selector] = {}
-        self._rendered: dict[tuple[str, str, str], _Rendered] = {}
+        self._rendered: dict[str, _Rendered] = {}
+        """By the request target as received (`raw_path`: path and query, undecoded): found before anything is
+        decoded; two spellings of one request are two entries, each rendered from its own decoded form."""
         self._attributes: dict[tuple[str, str], RequestAttributes] = {}
+        """By (method, raw target), for the same reason; equal attributes still share one authorization entry."""
         self._connections: weakref.WeakKeyDictionary[object, _Connection] = weakref.WeakKeyDictionary()
         """By transport: what one TLS connection's requests share (it carries many of the aggregator's)."""
         self._front_proxy = _front_proxy_of(authenticator)
@@ -339,7 +342,7 @@ class _ExternalMetricsAPI:
             return False
         if self._authorizer is None or not self._always_allow.isdisjoint(user.groups):
             return True
-        attributes = self._attributes.get((request.method, request.path))
+        attributes = self._attributes.get((request.method, request.raw_path))
         cached = self._cached_decision
         if attributes is None or cached is None:
             return False
@@ -374,11 +377,11 @@ class _ExternalMetricsAPI:
         authorizer = self._authorizer
         if authorizer is None or not self._always_allow.isdisjoint(user.groups):
             return
-        method, path = request.method, request.path
-        attributes = self._attributes.get((method, path))
+        method, target = request.method, request.raw_path
+        attributes = self._attributes.get((method, target))
         if attributes is None:
-            attributes = _attributes(method, path)  # BadRequest for a namespace no object can live in
-            self._remember(self._attributes, (method, path), attributes)
+            attributes = _attributes(method, request.path)  # BadRequest for a namespace no object can live in
+            self._remember(self._attributes, (method, target), attributes)
         cached = self._cached_decision
         allowed = None if cached is None else cached(user, attributes)
         if allowed is None:
@@ -415,22 +418,22 @@ class _ExternalMetricsAPI:
         raise NotFound("the server could not find the requested resource")
 
     def metric(self, request: web.Request) -> web.Response:
-        match_info = request.match_info
-        namespace = match_info["namespace"]
-        metric_name = match_info["metric"]
-        # Hot path: the HPA repeats the same few requests; the raw query string keys the rendered body, valid
-        # until the store is written (read the count before rendering: a write meanwhile re-renders next time).
-        key = (namespace, metric_name, request.query_string)
+        # Hot path: the HPA repeats the same few requests; the raw target keys the rendered body, valid until the
+        # store is written (read the count before rendering: a write meanwhile re-renders next time).
+        target = request.raw_path
         writes = self._reader.writes
-        cached = self._rendered.get(key)
+        cached = self._rendered.get(target)
         if cached is None or cached.writes != writes:
+            match_info = request.match_info
+            namespace = match_info["namespace"]
+            metric_name = match_info["metric"]
             _check_namespace(namespace)
             try:
                 metric = ServedMetric(metric_name)
             except ValueError:
                 raise NotFound(f"the server could not find the metric {plain(metric_name, 80)} for {GROUP}") from None
             cached = _Rendered(writes, self._render(namespace, metric, request.query.get("labelSelector", "")))
-            self._remember(self._rendered, key, cached)
+            self._remember(self._rendered, target, cached)
         return web.Response(body=cached.body, content_type=_JSON)
 
     # --- rendering ---------------------------------------------------------------------------------------
