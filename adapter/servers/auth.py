@@ -37,7 +37,7 @@ import logging
 import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -87,6 +87,14 @@ class UserInfo:
     groups: tuple[str, ...] = ()
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """`X-Remote-Extra-*` as sorted (key, values) pairs; keys lower-cased and percent-decoded."""
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    """Computed once: the authorization cache hashes (user, attributes) on every request."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.uid, self.groups, self.extra)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def extra_dict(self) -> dict[str, list[str]]:
         """`extra` in the shape SubjectAccessReview's `spec.extra` wants."""
@@ -110,6 +118,15 @@ class RequestAttributes:
     api_version: str = ""
     resource: str = ""
     name: str = ""
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    """Computed once: the authorization cache hashes (user, attributes) on every request."""
+
+    def __post_init__(self) -> None:
+        fields = (self.verb, self.path, self.resource_request, self.namespace, self.api_group, self.api_version)
+        object.__setattr__(self, "_hash", hash((*fields, self.resource, self.name)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 class Authenticator(Protocol):

@@ -22,6 +22,7 @@ from adapter.servers.auth import (
     CachingAuthorizer,
     IdentityMemo,
     PeerCert,
+    RequestAttributes,
     RequestHeaderAuthenticator,
     RequestHeaderConfig,
     UserInfo,
@@ -283,3 +284,46 @@ def test_server_contexts_refuse_renegotiation(em_pki: EmPki, make: Callable[[EmP
     context = make(em_pki)
     assert context.options & ssl.OP_NO_RENEGOTIATION
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+_HPA_USER = UserInfo("hpa", uid="u", groups=("g",), extra=(("scopes", ("a",)),))
+_LIST = RequestAttributes(verb="list", path="/p", resource_request=True, namespace="llm", resource="r")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        pytest.param(
+            _HPA_USER, UserInfo("hpa", uid="u", groups=("g",), extra=(("scopes", ("a",)),)), True, id="user-equal"
+        ),
+        pytest.param(
+            _HPA_USER, UserInfo("hpa", uid="u", groups=("g", "h"), extra=_HPA_USER.extra), False, id="user-group"
+        ),
+        pytest.param(_HPA_USER, UserInfo("hpa", uid="v", groups=("g",), extra=_HPA_USER.extra), False, id="user-uid"),
+        pytest.param(_HPA_USER, UserInfo("hpa", uid="u", groups=("g",)), False, id="user-extra"),
+        pytest.param(
+            _LIST,
+            RequestAttributes(verb="list", path="/p", resource_request=True, namespace="llm", resource="r"),
+            True,
+            id="attributes-equal",
+        ),
+        pytest.param(
+            _LIST,
+            RequestAttributes(verb="list", path="/p", resource_request=True, namespace="other", resource="r"),
+            False,
+            id="attributes-namespace",
+        ),
+        pytest.param(
+            _LIST,
+            RequestAttributes(verb="create", path="/p", resource_request=True, namespace="llm", resource="r"),
+            False,
+            id="attributes-verb",
+        ),
+    ],
+)
+def test_cached_hashes_key_the_authorization_cache_as_the_fields_do(a: object, b: object, same: bool) -> None:
+    """UserInfo and RequestAttributes hash once, at construction; as keys they still behave as their fields."""
+    assert (a == b) is same
+    if same:
+        assert hash(a) == hash(b)
+    assert len({a: 1, b: 2}) == (1 if same else 2)
