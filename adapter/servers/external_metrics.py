@@ -23,17 +23,21 @@ Wire contract (DESIGN §3.5; research k8s-metrics-keda-hpa §1):
 
 Request path: authenticate (requestheader, then bearer tokens: see `adapter.servers.auth`) → authorize
 (`system:masters` always allowed, then the Authorizer; SAR verb `list`, resource = the metric, decisions cached
-with a TTL by `CachingAuthorizer`) → answer from memory. No I/O beyond the (cached) reviews. The steady state
-awaits nothing: the front-proxy check and a cached authorization answer synchronously, the verified client
-certificate is read once per connection. Bodies are encoded once per (namespace, metric, selector) and sent as
-they are until the store is written again (`DecisionReader.writes`: any publish invalidates them), so a request
-costs one integer comparison on top of routing (tests/servers/em_bench.py measures it against a bare handler).
+with a TTL by `CachingAuthorizer`) → answer from memory. No I/O beyond the (cached) reviews. No middleware: each
+route is one wrapper that does all of that and maps every error to a Status (`_ExternalMetricsAPI.route`). The
+steady state awaits nothing: the verified client certificate is read once per connection, the identity headers
+are parsed again only when a request's header lines differ from the last ones vouched for on that connection
+(`RequestHeaderAuthenticator.authenticate_on`), and a cached authorization answers synchronously. Bodies are
+encoded once per request target and sent as they are until the store is written again (`DecisionReader.writes`:
+any publish invalidates them), so a request costs one integer comparison on top of routing
+(tests/servers/em_bench.py measures it against a bare handler).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -74,6 +78,7 @@ __all__ = [
     "LABEL_MODEL",
     "LABEL_VARIANT",
     "VERSION",
+    "ExternalMetricsHandler",
     "RequestObserver",
     "RunningServer",
     "build_external_metrics_app",
@@ -94,6 +99,9 @@ ANONYMOUS: Final = UserInfo(name="system:anonymous", groups=("system:unauthentic
 """Who a request is when authentication is disabled (the demo): what kube-apiserver calls anonymous."""
 
 _NAMESPACES_PREFIX: Final = f"/apis/{GROUP_VERSION}/namespaces/"
+_METRIC_PATH: Final = re.compile(re.escape(_NAMESPACES_PREFIX) + r"([^{}/]+)/([^{}/]+)")
+"""`…/namespaces/{namespace}/{metric}` matched as aiohttp's router matches a dynamic route: on `path_safe` (the
+decoded path with `%2F` and `%25` kept), each part one segment without braces, then `_unquote_path_safe`."""
 _ENDPOINTS: Final = {
     "metric": "metric",
     "apis": "discovery",
@@ -109,9 +117,11 @@ _ENDPOINTS: Final = {
 
 RequestObserver = Callable[[str, int, float], None]
 """`observer(endpoint, http_status, duration_s)`, called once per request."""
-_Handler = Callable[[web.Request], web.StreamResponse]
+_Handler = Callable[[web.BaseRequest], web.StreamResponse]
 """A route's answer; raises ServeError (mapped to a Status by `_ExternalMetricsAPI.route`)."""
-_Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_Route = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+ExternalMetricsHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+"""What `build_external_metrics_app` returns: a low-level handler for `aiohttp.web.Server` (no Application)."""
 _READ_METHODS: Final = frozenset({"GET", "HEAD"})
 _JSON: Final = "application/json"
 
@@ -260,6 +270,9 @@ class _ExternalMetricsAPI:
         self._connections: weakref.WeakKeyDictionary[object, _Connection] = weakref.WeakKeyDictionary()
         """By transport: what one TLS connection's requests share (it carries many of the aggregator's)."""
         self._front_proxy = _front_proxy_of(authenticator)
+        self._routes: dict[str, _Route] = {}
+        self._metric_route: _Route = self._unrouted
+        self._other_route: _Route = self._unrouted
         self._cached_decision = authorizer.cached if isinstance(authorizer, CachingAuthorizer) else None
         self._group_list, self._group, self._resource_list = _discovery_documents()
 
@@ -280,7 +293,7 @@ class _ExternalMetricsAPI:
         guarded = guarded and self._auth_enabled
         allow = "" if methods is None else ",".join(sorted(methods))
 
-        async def serve(request: web.Request) -> web.StreamResponse:
+        async def serve(request: web.BaseRequest) -> web.StreamResponse:
             started_s = clock() if observer is not None else 0.0
             connection = self._connection(request)
             seen_as = endpoint
@@ -314,7 +327,30 @@ class _ExternalMetricsAPI:
 
         return serve
 
-    def _connection(self, request: web.Request) -> _Connection:
+    def install(self, routes: Mapping[str, _Route], *, metric: _Route, other: _Route) -> None:
+        """The routes `__call__` dispatches to: exact paths, the metric path, and everything else."""
+        self._routes = dict(routes)
+        self._metric_route = metric
+        self._other_route = other
+
+    def __call__(self, request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        """The low-level handler (`aiohttp.web.Server`): route by the decoded path, as aiohttp's router would.
+
+        Why not `web.Application`: its request path runs the router's index walk, builds and freezes match info
+        and looks up the handler, about 5 µs of the ~80 µs a cached answer costs (py-spy, tests/servers/em_bench.py);
+        this API has eight fixed paths and one pattern, so a dict and one regular expression do the same.
+        """
+        path = request.rel_url.path_safe
+        route = self._routes.get(path)
+        if route is None:
+            route = self._metric_route if _METRIC_PATH.fullmatch(path) else self._other_route
+        return route(request)
+
+    async def _unrouted(self, request: web.BaseRequest) -> web.StreamResponse:
+        del request
+        raise RuntimeError("external metrics: no routes installed")  # a bug in build_external_metrics_app
+
+    def _connection(self, request: web.BaseRequest) -> _Connection:
         transport = request.transport
         if transport is None:  # the connection is gone already; nothing to share
             return _Connection(None)
@@ -325,7 +361,7 @@ class _ExternalMetricsAPI:
             self._connections[transport] = connection
             return connection
 
-    def _allowed_quickly(self, request: web.Request, connection: _Connection) -> bool:
+    def _allowed_quickly(self, request: web.BaseRequest, connection: _Connection) -> bool:
         """The steady state without a coroutine: the front proxy vouches synchronously (on a repeated header set,
         from the connection's memo) and the authorization cache holds a fresh decision (a deny raises Forbidden
         here). False: take the awaited `_check_access`, which asks again from the start."""
@@ -353,7 +389,7 @@ class _ExternalMetricsAPI:
             raise _forbidden(user, attributes)
         return True
 
-    async def _check_access(self, request: web.Request, connection: _Connection) -> None:
+    async def _check_access(self, request: web.BaseRequest, connection: _Connection) -> None:
         """Authenticate, then authorize; raises Unauthorized, Forbidden or BadRequest (a namespace no object can
         live in). The path for everything `_allowed_quickly` could not settle."""
         user = ANONYMOUS
@@ -391,42 +427,43 @@ class _ExternalMetricsAPI:
 
     # --- handlers: synchronous (none waits for anything), raising ServeError --------------------------------
 
-    def health(self, request: web.Request) -> web.Response:
+    def health(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=b"ok", content_type="text/plain")
 
-    def group_list(self, request: web.Request) -> web.Response:
+    def group_list(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=self._group_list, content_type=_JSON)
 
-    def group(self, request: web.Request) -> web.Response:
+    def group(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=self._group, content_type=_JSON)
 
-    def resource_list(self, request: web.Request) -> web.Response:
+    def resource_list(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=self._resource_list, content_type=_JSON)
 
-    def openapi(self, request: web.Request) -> web.Response:
+    def openapi(self, request: web.BaseRequest) -> web.Response:
         raise NotFound(
             f"{plain(request.path, 40)}: this server publishes no OpenAPI document "
             "(kube-aggregator treats 404 as 'no spec' and skips it)"
         )
 
-    def not_found(self, request: web.Request) -> web.Response:
+    def not_found(self, request: web.BaseRequest) -> web.Response:
         del request
         raise NotFound("the server could not find the requested resource")
 
-    def metric(self, request: web.Request) -> web.Response:
+    def metric(self, request: web.BaseRequest) -> web.Response:
         # Hot path: the HPA repeats the same few requests; the raw target keys the rendered body, valid until the
         # store is written (read the count before rendering: a write meanwhile re-renders next time).
         target = request.raw_path
         writes = self._reader.writes
         cached = self._rendered.get(target)
         if cached is None or cached.writes != writes:
-            match_info = request.match_info
-            namespace = match_info["namespace"]
-            metric_name = match_info["metric"]
+            matched = _METRIC_PATH.fullmatch(request.rel_url.path_safe)
+            if matched is None:  # not reached: the dispatcher sends only matching paths here
+                raise NotFound("the server could not find the requested resource")
+            namespace, metric_name = (_unquote_path_safe(part) for part in matched.groups())
             _check_namespace(namespace)
             try:
                 metric = ServedMetric(metric_name)
@@ -473,6 +510,11 @@ class _ExternalMetricsAPI:
         if len(cache) >= self._cache_entries:
             del cache[next(iter(cache))]
         cache[key] = value
+
+
+def _unquote_path_safe(part: str) -> str:
+    """A part of `path_safe` decoded the rest of the way (`%2F` and `%25`), as aiohttp does for match info."""
+    return part if "%" not in part else part.replace("%2F", "/").replace("%25", "%")
 
 
 def _check_namespace(namespace: str) -> None:
@@ -578,8 +620,9 @@ def build_external_metrics_app(
     cache_entries: int = 4096,
     observer: RequestObserver | None = None,
     clock: Callable[[], float] = time.perf_counter,
-) -> web.Application:
-    """The aiohttp application serving the External Metrics API from `reader`.
+) -> ExternalMetricsHandler:
+    """The low-level aiohttp handler (`aiohttp.web.Server`'s) serving the External Metrics API from `reader`; serve
+    it with `start_https_server`.
 
     `authenticator=None` disables authentication (every request is `ANONYMOUS`; for the demo and tests
     only). `authorizer=None` disables authorization. Members of `always_allow_groups` skip the authorizer
@@ -599,7 +642,6 @@ def build_external_metrics_app(
         observer=observer,
         clock=clock,
     )
-    app = web.Application()  # no middleware: see `_ExternalMetricsAPI.route`
     routes: list[tuple[str, str, _Handler]] = [
         *((path, path.strip("/"), api.health) for path in sorted(HEALTH_PATHS)),
         ("/apis", "apis", api.group_list),
@@ -609,13 +651,15 @@ def build_external_metrics_app(
         ("/openapi/v2", "openapi-v2", api.openapi),
         ("/openapi/v3", "openapi-v3", api.openapi),
     ]
-    for path, name, handler in routes:
-        serve = api.route(_ENDPOINTS[name], handler, guarded=path not in HEALTH_PATHS, methods=_READ_METHODS)
-        app.router.add_route("*", path, serve, name=name)
-    # Last, so every other route is tried first: any other path is a 404 Status after authentication, as in
-    # kube-apiserver (an anonymous caller learns nothing about which paths exist).
-    app.router.add_route("*", "/{path:.*}", api.route("other", api.not_found, guarded=True, methods=None))
-    return app
+    served = {
+        path: api.route(_ENDPOINTS[name], handler, guarded=path not in HEALTH_PATHS, methods=_READ_METHODS)
+        for path, name, handler in routes
+    }
+    metric = served.pop(f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}")
+    # Any other path is a 404 Status after authentication, as in kube-apiserver (an anonymous caller learns
+    # nothing about which paths exist).
+    api.install(served, metric=metric, other=api.route("other", api.not_found, guarded=True, methods=None))
+    return api
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,7 +667,7 @@ class RunningServer:
     """A started HTTPS server; `port` is the bound port (useful when asked for port 0); `gate` its front door
     (adapter.servers.gate: limits and counters)."""
 
-    runner: web.AppRunner
+    runner: web.BaseRunner
     host: str
     port: int
     gate: Gate
@@ -641,7 +685,7 @@ def _render_refusal(status: int, message: str) -> bytes:
 
 
 async def start_https_server(
-    app: web.Application,
+    app: web.Application | ExternalMetricsHandler,
     *,
     host: str,
     port: int,
@@ -655,13 +699,14 @@ async def start_https_server(
     a function returning the current context (read at each handshake). Access logging is off by default: at
     HPA request rates it costs more than the request itself; latency belongs in a histogram (`observer`)."""
     limits = limits or GateLimits()
-    runner = web.AppRunner(
-        app,
-        handle_signals=False,
-        access_log=_log if access_log else None,
-        shutdown_timeout=shutdown_timeout_s,
-        **limits.aiohttp_kwargs(),
-    )
+    handler_options = {"access_log": _log if access_log else None, **limits.aiohttp_kwargs()}
+    runner: web.BaseRunner
+    if isinstance(app, web.Application):
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout_s, **handler_options)
+    else:
+        runner = web.ServerRunner(
+            web.Server(app, **handler_options), handle_signals=False, shutdown_timeout=shutdown_timeout_s
+        )
     await runner.setup()
     server = runner.server
     assert server is not None  # set by setup()
