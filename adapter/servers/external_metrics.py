@@ -23,10 +23,11 @@ Wire contract (DESIGN §3.5; research k8s-metrics-keda-hpa §1):
 
 Request path: authenticate (requestheader, then bearer tokens: see `adapter.servers.auth`) → authorize
 (`system:masters` always allowed, then the Authorizer; SAR verb `list`, resource = the metric, decisions cached
-with a TTL by `CachingAuthorizer`) → answer from memory. No I/O beyond the (cached) reviews. No middleware: each
-route is one wrapper that does all of that and maps every error to a Status (`_ExternalMetricsAPI.route`). The
-steady state awaits nothing: the verified client certificate is read once per connection, the identity headers
-are parsed again only when a request's header lines differ from the last ones vouched for on that connection
+with a TTL by `CachingAuthorizer`) → answer from memory. No I/O beyond the (cached) reviews. No web.Application
+and no middleware: aiohttp's low-level server calls `_ExternalMetricsAPI.__call__`, which routes with a dict and
+one regular expression to a wrapper per route that does all of that and maps every error to a Status. The steady
+state awaits nothing: the verified client certificate is read once per connection, the identity headers are parsed
+again only when a request's header lines differ from the last ones vouched for on that connection
 (`RequestHeaderAuthenticator.authenticate_on`), and a cached authorization answers synchronously. Bodies are
 encoded once per request target and sent as they are until the store is written again (`DecisionReader.writes`:
 any publish invalidates them), so a request costs one integer comparison on top of routing
@@ -283,10 +284,11 @@ class _ExternalMetricsAPI:
         than `methods` (None: any), answer with `handler`, map every error to a Status, tell the observer.
 
         Why a wrapper per route and no middleware: aiohttp runs a middleware through two extra coroutine
-        layers per request (its own `_fix_request_current_app` and ours) plus a handler lookup; on this API
-        that was a fifth of the CPU a cached answer costs (docs/benchmarks/scale.md §5). With no middleware at
-        all, aiohttp calls this coroutine directly, and the endpoint the observer sees is bound here, once.
-        Every route, the catch-all included, goes through it, so no request escapes the mapping to a Status.
+        layers per request (its own `_fix_request_current_app` and ours) plus a handler lookup; with the scan of
+        the identity headers that made most of the ~20 µs a cached answer cost over a bare handler
+        (docs/benchmarks/scale.md §5). The dispatcher (`__call__`) calls this coroutine directly, and the
+        endpoint the observer sees is bound here, once. Every route, the catch-all included, goes through it, so
+        no request escapes the mapping to a Status.
         """
         observer = self._observer
         clock = self._clock
