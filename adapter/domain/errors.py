@@ -16,7 +16,8 @@
         ├── BadRequest           400 / INVALID_ARGUMENT
         ├── NotFound             404 / NOT_FOUND
         ├── Unauthorized         401 / UNAUTHENTICATED
-        └── Forbidden            403 / PERMISSION_DENIED
+        ├── Forbidden            403 / PERMISSION_DENIED
+        └── MethodNotAllowed     405 (HTTP only; carries the methods the resource allows)
 
 We classify by what the caller does next: `SourceError` and `KubeError` are temporary (the reconciler
 retries next cycle and the fallback hierarchy decides meanwhile), the others are permanent for that input.
@@ -103,3 +104,14 @@ class Unauthorized(ServeError):
 class Forbidden(ServeError):
     http_status = 403
     k8s_reason = "Forbidden"
+
+
+class MethodNotAllowed(ServeError):
+    """The path exists but not for this method; `allow` is the `Allow` header's value (RFC 9110 §15.5.6)."""
+
+    http_status = 405
+    k8s_reason = "MethodNotAllowed"
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message)
+        self.allow = allow

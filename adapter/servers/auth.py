@@ -37,7 +37,7 @@ import logging
 import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -52,6 +52,7 @@ __all__ = [
     "BearerTokenAuthenticator",
     "CacheStats",
     "CachingAuthorizer",
+    "IdentityMemo",
     "RequestAttributes",
     "RequestHeaderAuthenticator",
     "RequestHeaderConfig",
@@ -86,6 +87,14 @@ class UserInfo:
     groups: tuple[str, ...] = ()
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """`X-Remote-Extra-*` as sorted (key, values) pairs; keys lower-cased and percent-decoded."""
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    """Computed once: the authorization cache hashes (user, attributes) on every request."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.uid, self.groups, self.extra)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def extra_dict(self) -> dict[str, list[str]]:
         """`extra` in the shape SubjectAccessReview's `spec.extra` wants."""
@@ -109,6 +118,15 @@ class RequestAttributes:
     api_version: str = ""
     resource: str = ""
     name: str = ""
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    """Computed once: the authorization cache hashes (user, attributes) on every request."""
+
+    def __post_init__(self) -> None:
+        fields = (self.verb, self.path, self.resource_request, self.namespace, self.api_group, self.api_version)
+        object.__setattr__(self, "_hash", hash((*fields, self.resource, self.name)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 class Authenticator(Protocol):
@@ -215,6 +233,19 @@ def peer_common_name(peer_cert: PeerCert | None) -> str | None:
     return common_name
 
 
+class IdentityMemo:
+    """The identity the front proxy last vouched for on one TLS connection, and the raw header lines it came
+    from (`RequestHeaderAuthenticator.authenticate_on`). One per connection: the client certificate that made
+    the headers trustworthy is the connection's, so a memo never crosses connections."""
+
+    __slots__ = ("generation", "raw_headers", "user")
+
+    def __init__(self) -> None:
+        self.raw_headers: tuple[tuple[bytes, bytes], ...] | None = None
+        self.user: UserInfo | None = None
+        self.generation = -1
+
+
 class RequestHeaderAuthenticator:
     """Authenticator for requests proxied by kube-apiserver (front-proxy / requestheader).
 
@@ -230,6 +261,8 @@ class RequestHeaderAuthenticator:
         self._allowed = frozenset(config.allowed_names)
         self._prefixes = tuple(p.lower() for p in config.extra_headers_prefixes)
         self._memo: dict[tuple[Any, ...], UserInfo] = {}
+        self._generation = 0
+        """Bumped by `update`: an `IdentityMemo` filled under an older config is not used."""
 
     @property
     def config(self) -> RequestHeaderConfig:
@@ -242,9 +275,34 @@ class RequestHeaderAuthenticator:
         self._allowed = frozenset(config.allowed_names)
         self._prefixes = tuple(p.lower() for p in config.extra_headers_prefixes)
         self._memo = {}
+        self._generation += 1
 
     async def authenticate(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
         return self.authenticate_sync(peer_cert=peer_cert, headers=headers)
+
+    def authenticate_on(
+        self,
+        memo: IdentityMemo,
+        *,
+        peer_cert: PeerCert | None,
+        raw_headers: tuple[tuple[bytes, bytes], ...],
+        headers: Mapping[str, str],
+    ) -> UserInfo | None:
+        """`authenticate_sync` for one request of the connection `memo` belongs to, remembering its answer.
+
+        The contract: `memo` is the connection's own (its `peer_cert` is the same for each call), and
+        `raw_headers` are this request's header lines as received (aiohttp's `request.raw_headers`). The
+        answer is a function of the client certificate, the headers and the config only; so a request whose
+        header lines are byte for byte those of the last vouched-for request on the same connection, under the
+        same config, is that user without a second look. Any other header set (another user, one more group,
+        a reordered line) takes the whole check. A refusal is never remembered.
+        """
+        if raw_headers == memo.raw_headers and memo.generation == self._generation and memo.user is not None:
+            return memo.user
+        user = self.authenticate_sync(peer_cert=peer_cert, headers=headers)
+        if user is not None:
+            memo.raw_headers, memo.user, memo.generation = raw_headers, user, self._generation
+        return user
 
     def authenticate_sync(self, *, peer_cert: PeerCert | None, headers: Mapping[str, str]) -> UserInfo | None:
         """The whole check; synchronous because it does no I/O."""

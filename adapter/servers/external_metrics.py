@@ -23,20 +23,25 @@ Wire contract (DESIGN §3.5; research k8s-metrics-keda-hpa §1):
 
 Request path: authenticate (requestheader, then bearer tokens: see `adapter.servers.auth`) → authorize
 (`system:masters` always allowed, then the Authorizer; SAR verb `list`, resource = the metric, decisions cached
-with a TTL by `CachingAuthorizer`) → answer from memory. No I/O beyond the (cached) reviews. The steady state
-awaits nothing: the front-proxy check and a cached authorization answer synchronously, the verified client
-certificate is read once per connection. Bodies are encoded once per (namespace, metric, selector) and sent as
-they are until the store is written again (`DecisionReader.writes`: any publish invalidates them), so a request
-costs one integer comparison on top of routing (tests/servers/em_bench.py measures it against a bare handler).
+with a TTL by `CachingAuthorizer`) → answer from memory. No I/O beyond the (cached) reviews. No web.Application
+and no middleware: aiohttp's low-level server calls `_ExternalMetricsAPI.__call__`, which routes with a dict and
+one regular expression to a wrapper per route that does all of that and maps every error to a Status. The steady
+state awaits nothing: the verified client certificate is read once per connection, the identity headers are parsed
+again only when a request's header lines differ from the last ones vouched for on that connection
+(`RequestHeaderAuthenticator.authenticate_on`), and a cached authorization answers synchronously. Bodies are
+encoded once per request target and sent as they are until the store is written again (`DecisionReader.writes`:
+any publish invalidates them), so a request costs one integer comparison on top of routing
+(tests/servers/em_bench.py measures it against a bare handler).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,7 +49,7 @@ from aiohttp import web
 
 from adapter.config.names import LABEL_RULE, is_dns1123_label
 from adapter.domain.decision import VariantDecision
-from adapter.domain.errors import BadRequest, Forbidden, NotFound, ServeError, Unauthorized
+from adapter.domain.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound, ServeError, Unauthorized
 from adapter.domain.ids import VariantKey
 from adapter.domain.text import plain, quote
 from adapter.domain.timefmt import format_rfc3339
@@ -52,6 +57,7 @@ from adapter.servers.auth import (
     Authenticator,
     Authorizer,
     CachingAuthorizer,
+    IdentityMemo,
     PeerCert,
     RequestAttributes,
     RequestHeaderAuthenticator,
@@ -73,6 +79,7 @@ __all__ = [
     "LABEL_MODEL",
     "LABEL_VARIANT",
     "VERSION",
+    "ExternalMetricsHandler",
     "RequestObserver",
     "RunningServer",
     "build_external_metrics_app",
@@ -93,6 +100,9 @@ ANONYMOUS: Final = UserInfo(name="system:anonymous", groups=("system:unauthentic
 """Who a request is when authentication is disabled (the demo): what kube-apiserver calls anonymous."""
 
 _NAMESPACES_PREFIX: Final = f"/apis/{GROUP_VERSION}/namespaces/"
+_METRIC_PATH: Final = re.compile(re.escape(_NAMESPACES_PREFIX) + r"([^{}/]+)/([^{}/]+)")
+"""`…/namespaces/{namespace}/{metric}` matched as aiohttp's router matches a dynamic route: on `path_safe` (the
+decoded path with `%2F` and `%25` kept), each part one segment without braces, then `_unquote_path_safe`."""
 _ENDPOINTS: Final = {
     "metric": "metric",
     "apis": "discovery",
@@ -108,6 +118,12 @@ _ENDPOINTS: Final = {
 
 RequestObserver = Callable[[str, int, float], None]
 """`observer(endpoint, http_status, duration_s)`, called once per request."""
+_Handler = Callable[[web.BaseRequest], web.StreamResponse]
+"""A route's answer; raises ServeError (mapped to a Status by `_ExternalMetricsAPI.route`)."""
+_Route = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+ExternalMetricsHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+"""What `build_external_metrics_app` returns: a low-level handler for `aiohttp.web.Server` (no Application)."""
+_READ_METHODS: Final = frozenset({"GET", "HEAD"})
 _JSON: Final = "application/json"
 
 
@@ -195,6 +211,18 @@ def _discovery_documents() -> tuple[bytes, bytes, bytes]:
     return _dumps(group_list), _dumps(group), _dumps(resources)
 
 
+class _Connection:
+    """What the requests of one TLS connection share: the verified client certificate, read once (`getpeercert()`
+    builds a new dict on every call and cannot change on a connection: see `adapter.servers.tls`), and the
+    identity the front proxy last vouched for on it (`IdentityMemo`)."""
+
+    __slots__ = ("identity", "peer_cert")
+
+    def __init__(self, peer_cert: PeerCert | None) -> None:
+        self.peer_cert = peer_cert
+        self.identity = IdentityMemo()
+
+
 @dataclass(frozen=True, slots=True)
 class _Rendered:
     """A rendered list body and the store's write count it was rendered at (the cache's validity: any write,
@@ -235,63 +263,150 @@ class _ExternalMetricsAPI:
         self._auth_enabled = authenticator is not None or authorizer is not None
         self._cache_entries = cache_entries
         self._selectors: dict[str, Selector] = {}
-        self._rendered: dict[tuple[str, str, str], _Rendered] = {}
+        self._rendered: dict[str, _Rendered] = {}
+        """By the request target as received (`raw_path`: path and query, undecoded): found before anything is
+        decoded; two spellings of one request are two entries, each rendered from its own decoded form."""
         self._attributes: dict[tuple[str, str], RequestAttributes] = {}
-        self._peer_certs: weakref.WeakKeyDictionary[object, PeerCert | None] = weakref.WeakKeyDictionary()
-        """The verified client certificate by connection: one TLS connection carries many requests, and
-        `getpeercert()` builds a new dict on every call."""
-        self._quick_user = _quick_authentication(authenticator)
+        """By (method, raw target), for the same reason; equal attributes still share one authorization entry."""
+        self._connections: weakref.WeakKeyDictionary[object, _Connection] = weakref.WeakKeyDictionary()
+        """By transport: what one TLS connection's requests share (it carries many of the aggregator's)."""
+        self._front_proxy = _front_proxy_of(authenticator)
+        self._routes: dict[str, _Route] = {}
+        self._metric_route: _Route = self._unrouted
+        self._other_route: _Route = self._unrouted
         self._cached_decision = authorizer.cached if isinstance(authorizer, CachingAuthorizer) else None
         self._group_list, self._group, self._resource_list = _discovery_documents()
 
-    # --- middleware: identity, permission, errors --------------------------------------------------------
+    # --- the request path: identity, permission, errors, telemetry --------------------------------------------
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    def route(self, endpoint: str, handler: _Handler, *, guarded: bool, methods: frozenset[str] | None) -> _Route:
+        """The aiohttp handler of one route: authenticate and authorize (when `guarded`), refuse other methods
+        than `methods` (None: any), answer with `handler`, map every error to a Status, tell the observer.
+
+        Why a wrapper per route and no middleware: aiohttp runs a middleware through two extra coroutine
+        layers per request (its own `_fix_request_current_app` and ours) plus a handler lookup; with the scan of
+        the identity headers that made most of the ~20 µs a cached answer cost over a bare handler
+        (docs/benchmarks/scale.md §5). The dispatcher (`__call__`) calls this coroutine directly, and the
+        endpoint the observer sees is bound here, once. Every route, the catch-all included, goes through it, so
+        no request escapes the mapping to a Status.
+        """
         observer = self._observer
-        started_s = self._clock() if observer is not None else 0.0
-        response: web.StreamResponse
-        try:
-            if self._auth_enabled and request.path not in HEALTH_PATHS:
-                await self._check_access(request)
-            response = await handler(request)
-        except ServeError as exc:
-            response = self._error_response(exc)
-        except web.HTTPException as exc:
-            response = self._http_exception_response(exc)
-        except Exception:
-            _log.exception("external metrics: unexpected error serving %s %s", request.method, request.path_qs)
-            response = _status_response(
-                code=500,
-                message="Internal error occurred: the adapter failed to serve this request (see its log)",
-            )
-        if observer is not None:
-            self._observe(observer, request, response.status, self._clock() - started_s)
-        if not self._peer_cert(request):
-            # An unauthenticated connection gets one request (adapter.servers.gate), so that every request it
-            # sends passes the gate's checks; the aggregator's (a verified client certificate) stay alive.
-            response.force_close()
-        return response
+        clock = self._clock
+        guarded = guarded and self._auth_enabled
+        allow = "" if methods is None else ",".join(sorted(methods))
 
-    @staticmethod
-    def _observe(observer: RequestObserver, request: web.Request, status: int, duration_s: float) -> None:
-        endpoint = _ENDPOINTS.get(request.match_info.route.name or "", "other")
-        try:
-            observer(endpoint, status, duration_s)
-        except Exception:  # a metrics bug must not fail the HPA's request
-            _log.exception("external metrics: the request observer failed")
+        async def serve(request: web.BaseRequest) -> web.StreamResponse:
+            started_s = clock() if observer is not None else 0.0
+            connection = self._connection(request)
+            seen_as = endpoint
+            response: web.StreamResponse
+            try:
+                if guarded and not self._allowed_quickly(request, connection):
+                    await self._check_access(request, connection)
+                if methods is not None and request.method not in methods:
+                    seen_as = "other"  # no route answered it (what the observer saw from aiohttp's router)
+                    raise MethodNotAllowed(
+                        "the server does not allow this method on the requested resource", allow=allow
+                    )
+                response = handler(request)
+            except ServeError as exc:
+                response = _error_response(exc)
+            except web.HTTPException as exc:
+                response = _http_exception_response(exc)
+            except Exception:
+                _log.exception("external metrics: unexpected error serving %s %s", request.method, request.path_qs)
+                response = _status_response(
+                    code=500,
+                    message="Internal error occurred: the adapter failed to serve this request (see its log)",
+                )
+            if observer is not None:
+                _observe(observer, seen_as, response.status, clock() - started_s)
+            if connection.peer_cert is None:
+                # An unauthenticated connection gets one request (adapter.servers.gate), so that every request
+                # it sends passes the gate's checks; the aggregator's (a verified client certificate) stay alive.
+                response.force_close()
+            return response
 
-    async def _check_access(self, request: web.Request) -> None:
-        """Authenticate, then authorize. The steady state (the same HPA through the same aggregator connection,
-        its decision cached) runs without creating a coroutine: the front-proxy check and a cached
-        authorization answer synchronously; anything else takes the awaited path."""
+        return serve
+
+    def install(self, routes: Mapping[str, _Route], *, metric: _Route, other: _Route) -> None:
+        """The routes `__call__` dispatches to: exact paths, the metric path, and everything else."""
+        self._routes = dict(routes)
+        self._metric_route = metric
+        self._other_route = other
+
+    def __call__(self, request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        """The low-level handler (`aiohttp.web.Server`): route by the decoded path, as aiohttp's router would.
+
+        Why not `web.Application`: its request path runs the router's index walk, builds and freezes match info
+        and looks up the handler, about 5 µs of the ~80 µs a cached answer costs (py-spy, tests/servers/em_bench.py);
+        this API has eight fixed paths and one pattern, so a dict and one regular expression do the same.
+        """
+        path = request.rel_url.path_safe
+        route = self._routes.get(path)
+        if route is None:
+            route = self._metric_route if _METRIC_PATH.fullmatch(path) else self._other_route
+        return route(request)
+
+    async def _unrouted(self, request: web.BaseRequest) -> web.StreamResponse:
+        del request
+        raise RuntimeError("external metrics: no routes installed")  # a bug in build_external_metrics_app
+
+    def _connection(self, request: web.BaseRequest) -> _Connection:
+        transport = request.transport
+        if transport is None:  # the connection is gone already; nothing to share
+            return _Connection(None)
+        try:
+            return self._connections[transport]
+        except KeyError:
+            connection = _Connection(transport.get_extra_info("peercert"))
+            self._connections[transport] = connection
+            return connection
+
+    def _allowed_quickly(self, request: web.BaseRequest, connection: _Connection) -> bool:
+        """The steady state without a coroutine: the front proxy vouches synchronously (on a repeated header set,
+        from the connection's memo) and the authorization cache holds a fresh decision (a deny raises Forbidden
+        here). False: take the awaited `_check_access`, which asks again from the start."""
+        front_proxy = self._front_proxy
+        if front_proxy is None:
+            return False
+        user = front_proxy.authenticate_on(
+            connection.identity,
+            peer_cert=connection.peer_cert,
+            raw_headers=request.raw_headers,
+            headers=request.headers,
+        )
+        if user is None:
+            return False
+        if self._authorizer is None or not self._always_allow.isdisjoint(user.groups):
+            return True
+        attributes = self._attributes.get((request.method, request.raw_path))
+        cached = self._cached_decision
+        if attributes is None or cached is None:
+            return False
+        decision = cached(user, attributes)  # counted as a hit when fresh: ask it once per request
+        if decision is None:
+            return False
+        if not decision:
+            raise _forbidden(user, attributes)
+        return True
+
+    async def _check_access(self, request: web.BaseRequest, connection: _Connection) -> None:
+        """Authenticate, then authorize; raises Unauthorized, Forbidden or BadRequest (a namespace no object can
+        live in). The path for everything `_allowed_quickly` could not settle."""
         user = ANONYMOUS
         authenticator = self._authenticator
         if authenticator is not None:
-            peer_cert = self._peer_cert(request)
+            peer_cert = connection.peer_cert
             headers = request.headers
-            quick = self._quick_user
-            authenticated = None if quick is None else quick(peer_cert=peer_cert, headers=headers)
+            front_proxy = self._front_proxy
+            authenticated = (
+                None
+                if front_proxy is None
+                else front_proxy.authenticate_on(
+                    connection.identity, peer_cert=peer_cert, raw_headers=request.raw_headers, headers=headers
+                )
+            )
             if authenticated is None:
                 authenticated = await authenticator.authenticate(peer_cert=peer_cert, headers=headers)
             if authenticated is None:
@@ -300,11 +415,11 @@ class _ExternalMetricsAPI:
         authorizer = self._authorizer
         if authorizer is None or not self._always_allow.isdisjoint(user.groups):
             return
-        method, path = request.method, request.path
-        attributes = self._attributes.get((method, path))
+        method, target = request.method, request.raw_path
+        attributes = self._attributes.get((method, target))
         if attributes is None:
-            attributes = _attributes(method, path)  # BadRequest for a namespace no object can live in
-            self._remember(self._attributes, (method, path), attributes)
+            attributes = _attributes(method, request.path)  # BadRequest for a namespace no object can live in
+            self._remember(self._attributes, (method, target), attributes)
         cached = self._cached_decision
         allowed = None if cached is None else cached(user, attributes)
         if allowed is None:
@@ -312,79 +427,52 @@ class _ExternalMetricsAPI:
         if not allowed:
             raise _forbidden(user, attributes)
 
-    def _peer_cert(self, request: web.Request) -> PeerCert | None:
-        transport = request.transport
-        if transport is None:
-            return None
-        try:
-            return self._peer_certs[transport]
-        except KeyError:
-            peer_cert: PeerCert | None = transport.get_extra_info("peercert")
-            self._peer_certs[transport] = peer_cert
-            return peer_cert
+    # --- handlers: synchronous (none waits for anything), raising ServeError --------------------------------
 
-    def _error_response(self, exc: ServeError) -> web.Response:
-        details = getattr(exc, "details", None)
-        return _status_response(code=exc.http_status, message=str(exc), reason=exc.k8s_reason, details=details)
-
-    @staticmethod
-    def _http_exception_response(exc: web.HTTPException) -> web.StreamResponse:
-        code = exc.status
-        if code < 400:
-            raise exc  # redirects and the like are not errors: let aiohttp send them as they are
-        if code == 404:
-            message = "the server could not find the requested resource"
-        elif code == 405:
-            message = "the server does not allow this method on the requested resource"
-        else:
-            message = exc.reason or f"HTTP {code}"
-        response = _status_response(code=code, message=message)
-        allow = exc.headers.get("Allow")
-        if allow:
-            response.headers["Allow"] = allow
-        return response
-
-    # --- handlers ----------------------------------------------------------------------------------------
-
-    async def health(self, request: web.Request) -> web.Response:
+    def health(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=b"ok", content_type="text/plain")
 
-    async def group_list(self, request: web.Request) -> web.Response:
+    def group_list(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=self._group_list, content_type=_JSON)
 
-    async def group(self, request: web.Request) -> web.Response:
+    def group(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=self._group, content_type=_JSON)
 
-    async def resource_list(self, request: web.Request) -> web.Response:
+    def resource_list(self, request: web.BaseRequest) -> web.Response:
         del request
         return web.Response(body=self._resource_list, content_type=_JSON)
 
-    async def openapi(self, request: web.Request) -> web.Response:
+    def openapi(self, request: web.BaseRequest) -> web.Response:
         raise NotFound(
             f"{plain(request.path, 40)}: this server publishes no OpenAPI document "
             "(kube-aggregator treats 404 as 'no spec' and skips it)"
         )
 
-    async def metric(self, request: web.Request) -> web.Response:
-        match_info = request.match_info
-        namespace = match_info["namespace"]
-        metric_name = match_info["metric"]
-        # Hot path: the HPA repeats the same few requests; the raw query string keys the rendered body, valid
-        # until the store is written (read the count before rendering: a write meanwhile re-renders next time).
-        key = (namespace, metric_name, request.query_string)
+    def not_found(self, request: web.BaseRequest) -> web.Response:
+        del request
+        raise NotFound("the server could not find the requested resource")
+
+    def metric(self, request: web.BaseRequest) -> web.Response:
+        # Hot path: the HPA repeats the same few requests; the raw target keys the rendered body, valid until the
+        # store is written (read the count before rendering: a write meanwhile re-renders next time).
+        target = request.raw_path
         writes = self._reader.writes
-        cached = self._rendered.get(key)
+        cached = self._rendered.get(target)
         if cached is None or cached.writes != writes:
+            matched = _METRIC_PATH.fullmatch(request.rel_url.path_safe)
+            if matched is None:  # not reached: the dispatcher sends only matching paths here
+                raise NotFound("the server could not find the requested resource")
+            namespace, metric_name = (_unquote_path_safe(part) for part in matched.groups())
             _check_namespace(namespace)
             try:
                 metric = ServedMetric(metric_name)
             except ValueError:
                 raise NotFound(f"the server could not find the metric {plain(metric_name, 80)} for {GROUP}") from None
             cached = _Rendered(writes, self._render(namespace, metric, request.query.get("labelSelector", "")))
-            self._remember(self._rendered, key, cached)
+            self._remember(self._rendered, target, cached)
         return web.Response(body=cached.body, content_type=_JSON)
 
     # --- rendering ---------------------------------------------------------------------------------------
@@ -426,18 +514,53 @@ class _ExternalMetricsAPI:
         cache[key] = value
 
 
+def _unquote_path_safe(part: str) -> str:
+    """A part of `path_safe` decoded the rest of the way (`%2F` and `%25`), as aiohttp does for match info."""
+    return part if "%" not in part else part.replace("%2F", "/").replace("%25", "%")
+
+
 def _check_namespace(namespace: str) -> None:
     if not is_dns1123_label(namespace):
         raise BadRequest(f"namespace {quote(namespace, 80)} is invalid: {LABEL_RULE}")
 
 
-def _quick_authentication(authenticator: Authenticator | None) -> Callable[..., UserInfo | None] | None:
-    """The authenticator's synchronous answer, where it has one (the front proxy's), else None."""
+def _front_proxy_of(authenticator: Authenticator | None) -> RequestHeaderAuthenticator | None:
+    """The front-proxy authenticator that answers first and synchronously, if the chain starts with one (a
+    union tries it first, and the first that vouches wins, so its answer is the union's)."""
     if isinstance(authenticator, RequestHeaderAuthenticator):
-        return authenticator.authenticate_sync
-    if isinstance(authenticator, UnionAuthenticator):
-        return authenticator.quick
+        return authenticator
+    if isinstance(authenticator, UnionAuthenticator) and isinstance(
+        authenticator.authenticators[0], RequestHeaderAuthenticator
+    ):
+        return authenticator.authenticators[0]
     return None
+
+
+def _observe(observer: RequestObserver, endpoint: str, status: int, duration_s: float) -> None:
+    try:
+        observer(endpoint, status, duration_s)
+    except Exception:  # a metrics bug must not fail the HPA's request
+        _log.exception("external metrics: the request observer failed")
+
+
+def _error_response(exc: ServeError) -> web.Response:
+    details = getattr(exc, "details", None)
+    response = _status_response(code=exc.http_status, message=str(exc), reason=exc.k8s_reason, details=details)
+    if isinstance(exc, MethodNotAllowed):
+        response.headers["Allow"] = exc.allow
+    return response
+
+
+def _http_exception_response(exc: web.HTTPException) -> web.StreamResponse:
+    """An aiohttp HTTPException a handler let through, as a Status (none of ours raises one: a safety net)."""
+    code = exc.status
+    if code < 400:
+        raise exc  # redirects and the like are not errors: let aiohttp send them as they are
+    response = _status_response(code=code, message=exc.reason or f"HTTP {code}")
+    allow = exc.headers.get("Allow")
+    if allow:
+        response.headers["Allow"] = allow
+    return response
 
 
 def _attributes(method: str, path: str) -> RequestAttributes:
@@ -499,8 +622,9 @@ def build_external_metrics_app(
     cache_entries: int = 4096,
     observer: RequestObserver | None = None,
     clock: Callable[[], float] = time.perf_counter,
-) -> web.Application:
-    """The aiohttp application serving the External Metrics API from `reader`.
+) -> ExternalMetricsHandler:
+    """The low-level aiohttp handler (`aiohttp.web.Server`'s) serving the External Metrics API from `reader`; serve
+    it with `start_https_server`.
 
     `authenticator=None` disables authentication (every request is `ANONYMOUS`; for the demo and tests
     only). `authorizer=None` disables authorization. Members of `always_allow_groups` skip the authorizer
@@ -520,16 +644,24 @@ def build_external_metrics_app(
         observer=observer,
         clock=clock,
     )
-    app = web.Application(middlewares=[api.middleware])
-    for path in sorted(HEALTH_PATHS):
-        app.router.add_get(path, api.health, name=path.strip("/"))
-    app.router.add_get("/apis", api.group_list, name="apis")
-    app.router.add_get(f"/apis/{GROUP}", api.group, name="group")
-    app.router.add_get(f"/apis/{GROUP_VERSION}", api.resource_list, name="resources")
-    app.router.add_get(f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}", api.metric, name="metric")
-    app.router.add_get("/openapi/v2", api.openapi, name="openapi-v2")
-    app.router.add_get("/openapi/v3", api.openapi, name="openapi-v3")
-    return app
+    routes: list[tuple[str, str, _Handler]] = [
+        *((path, path.strip("/"), api.health) for path in sorted(HEALTH_PATHS)),
+        ("/apis", "apis", api.group_list),
+        (f"/apis/{GROUP}", "group", api.group),
+        (f"/apis/{GROUP_VERSION}", "resources", api.resource_list),
+        (f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}", "metric", api.metric),
+        ("/openapi/v2", "openapi-v2", api.openapi),
+        ("/openapi/v3", "openapi-v3", api.openapi),
+    ]
+    served = {
+        path: api.route(_ENDPOINTS[name], handler, guarded=path not in HEALTH_PATHS, methods=_READ_METHODS)
+        for path, name, handler in routes
+    }
+    metric = served.pop(f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}")
+    # Any other path is a 404 Status after authentication, as in kube-apiserver (an anonymous caller learns
+    # nothing about which paths exist).
+    api.install(served, metric=metric, other=api.route("other", api.not_found, guarded=True, methods=None))
+    return api
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,7 +669,7 @@ class RunningServer:
     """A started HTTPS server; `port` is the bound port (useful when asked for port 0); `gate` its front door
     (adapter.servers.gate: limits and counters)."""
 
-    runner: web.AppRunner
+    runner: web.BaseRunner
     host: str
     port: int
     gate: Gate
@@ -555,7 +687,7 @@ def _render_refusal(status: int, message: str) -> bytes:
 
 
 async def start_https_server(
-    app: web.Application,
+    app: web.Application | ExternalMetricsHandler,
     *,
     host: str,
     port: int,
@@ -569,13 +701,14 @@ async def start_https_server(
     a function returning the current context (read at each handshake). Access logging is off by default: at
     HPA request rates it costs more than the request itself; latency belongs in a histogram (`observer`)."""
     limits = limits or GateLimits()
-    runner = web.AppRunner(
-        app,
-        handle_signals=False,
-        access_log=_log if access_log else None,
-        shutdown_timeout=shutdown_timeout_s,
-        **limits.aiohttp_kwargs(),
-    )
+    handler_options = {"access_log": _log if access_log else None, **limits.aiohttp_kwargs()}
+    runner: web.BaseRunner
+    if isinstance(app, web.Application):
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout_s, **handler_options)
+    else:
+        runner = web.ServerRunner(
+            web.Server(app, **handler_options), handle_signals=False, shutdown_timeout=shutdown_timeout_s
+        )
     await runner.setup()
     server = runner.server
     assert server is not None  # set by setup()

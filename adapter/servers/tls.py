@@ -261,8 +261,7 @@ class DynamicServerTLS:
         self._asks_for_certificates = client_ca_pem is not None if client_certificates is None else client_certificates
         self._files_digest = self._read_digest()
         self._current = self._build(self._client_ca)
-        base = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        base.minimum_version = ssl.TLSVersion.TLSv1_2
+        base = _server_context()
         base.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
         base.verify_mode = ssl.CERT_OPTIONAL if self._asks_for_certificates else ssl.CERT_NONE
         base.sni_callback = self._switch
@@ -282,8 +281,7 @@ class DynamicServerTLS:
         ssl_object.context = self._current
 
     def _build(self, client_ca: str | None) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context = _server_context()
         context.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
         if client_ca is not None:
             add_client_ca(context, client_ca)
@@ -372,11 +370,21 @@ def server_ssl_context(
 ) -> ssl.SSLContext:
     """A TLS ≥1.2 server context. With `client_ca_pem`, clients may present a certificate, which must chain
     to that CA (bundle); `peercert` then carries its subject for the requestheader authenticator."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context = _server_context()
     context.load_cert_chain(certfile=str(cert_file), keyfile=str(key_file))
     if client_ca_pem is not None:
         add_client_ca(context, client_ca_pem)
+    return context
+
+
+def _server_context() -> ssl.SSLContext:
+    """TLS ≥ 1.2, renegotiation refused (as Go's crypto/tls server, i.e. kube-apiserver, always does). The
+    servers read a connection's verified client certificate once and remember the identity its requests
+    carried (adapter.servers.external_metrics): that holds only while a connection cannot renegotiate to
+    another certificate, which TLS 1.2 would otherwise allow."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_RENEGOTIATION
     return context
 
 

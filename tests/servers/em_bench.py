@@ -1,13 +1,16 @@
 """Benchmark: the External Metrics API against a bare aiohttp handler returning a constant body.
 
-    .venv/bin/python -m tests.servers.em_bench [--seconds 3] [--rounds 3] [--auth] [--check]
+    .venv/bin/python -m tests.servers.em_bench [--seconds 3] [--rounds 3] [--auth] [--floor] [--check]
 
 Both servers run over TLS on 127.0.0.1 in this process; a load generator runs in a child process
 (keep-alive HTTP/1.1 over TLS, a few connections, closed loop) so it does not steal the server's event
 loop. Reported per server: requests/s and server CPU µs per request (CPU time is steadier than wall time
 on a shared machine), medians over rounds; then p50/p99 latency at a paced 500 req/s. `--auth` turns on
 requestheader authentication (front-proxy client certificate + X-Remote-* headers) and a caching
-authorizer, i.e. the production path. `--check` exits 1 unless ratio ≥ 0.7 and p99 < 5 ms.
+authorizer, i.e. the production path. The baseline ("bare") is a web.Application with one route; the adapter
+itself runs on aiohttp's low-level web.Server, so `--floor` adds, for reference only, a low-level handler that
+answers the constant without routing (`floor_*`, `*_vs_floor`): what no aiohttp server can undercut.
+`--check` exits 1 unless ratio ≥ 0.7 and p99 < 5 ms.
 Prints one JSON document. Not collected by pytest (the name does not start with `test_`).
 """
 
@@ -35,7 +38,7 @@ from adapter.servers.auth import (
     RequestHeaderConfig,
     UnionAuthenticator,
 )
-from adapter.servers.external_metrics import build_external_metrics_app, start_https_server
+from adapter.servers.external_metrics import ExternalMetricsHandler, build_external_metrics_app, start_https_server
 from adapter.servers.tls import DynamicServerTLS
 from tests.servers._em_support import EM_BASE, EM_NS, EM_PROXY_CN, EmPki, em_make_pki, em_store
 
@@ -120,6 +123,12 @@ async def _constant(request: web.Request) -> web.Response:
     return web.Response(body=CONSTANT_BODY, content_type="application/json")
 
 
+async def _floor(request: web.BaseRequest) -> web.Response:
+    """The `--floor` reference: aiohttp's low-level server, no routing, the same constant."""
+    del request
+    return web.Response(body=CONSTANT_BODY, content_type="application/json")
+
+
 def _bare_app() -> web.Application:
     app = web.Application()
     app.router.add_get(f"{EM_BASE}/namespaces/{{namespace}}/{{metric}}", _constant)
@@ -127,7 +136,13 @@ def _bare_app() -> web.Application:
 
 
 async def _round(
-    app: web.Application, context: ssl.SSLContext, *, pki: EmPki, seconds: float, connections: int, rate: float
+    app: web.Application | ExternalMetricsHandler,
+    context: ssl.SSLContext,
+    *,
+    pki: EmPki,
+    seconds: float,
+    connections: int,
+    rate: float,
 ) -> dict[str, float]:
     running = await start_https_server(app, host="127.0.0.1", port=0, ssl_context=context)
     try:
@@ -163,12 +178,18 @@ class _NoReviews:
         raise AssertionError(f"unexpected TokenReview for {token[:4]}…")
 
 
-async def benchmark(*, seconds: float, rounds: int, connections: int, auth: bool) -> dict[str, Any]:
+async def benchmark(
+    *, seconds: float, rounds: int, connections: int, auth: bool, floor: bool = False
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="em-bench-") as directory:
-        return await _benchmark(Path(directory), seconds=seconds, rounds=rounds, connections=connections, auth=auth)
+        return await _benchmark(
+            Path(directory), seconds=seconds, rounds=rounds, connections=connections, auth=auth, floor=floor
+        )
 
 
-async def _benchmark(directory: Path, *, seconds: float, rounds: int, connections: int, auth: bool) -> dict[str, Any]:
+async def _benchmark(
+    directory: Path, *, seconds: float, rounds: int, connections: int, auth: bool, floor: bool
+) -> dict[str, Any]:
     pki = em_make_pki(directory)
     # serve's context: each handshake switches to the current (rotatable) context in the SNI callback.
     context = DynamicServerTLS(
@@ -176,7 +197,7 @@ async def _benchmark(directory: Path, *, seconds: float, rounds: int, connection
     ).context
     store = em_store()
 
-    def ours() -> web.Application:
+    def ours() -> ExternalMetricsHandler:
         if not auth:
             return build_external_metrics_app(store)
         # As `serve` composes it: the front proxy first, bearer tokens behind it (never reached here).
@@ -188,15 +209,31 @@ async def _benchmark(directory: Path, *, seconds: float, rounds: int, connection
             authorizer=CachingAuthorizer(AllowAll(), clock=time.monotonic),
         )
 
-    samples: dict[str, list[dict[str, float]]] = {"bare": [], "adapter": []}
+    samples: dict[str, list[dict[str, float]]] = {"bare": [], "adapter": [], "floor": []}
     for _ in range(rounds):  # interleaved, so drifting background load hits both alike
-        for name, app in (("bare", _bare_app()), ("adapter", ours())):
+        servers: list[tuple[str, web.Application | ExternalMetricsHandler]] = [
+            ("bare", _bare_app()),
+            ("adapter", ours()),
+        ]
+        if floor:
+            servers.append(("floor", _floor))
+        for name, app in servers:
             samples[name].append(await _round(app, context, pki=pki, seconds=seconds, connections=connections, rate=0))
     paced = await _round(ours(), context, pki=pki, seconds=max(seconds, 5.0), connections=10, rate=500)
 
     def median(name: str, field: str) -> float:
         return statistics.median(sample[field] for sample in samples[name])
 
+    reference: dict[str, Any] = {}
+    if floor:
+        reference = {
+            "floor_rps": round(median("floor", "rps")),
+            "floor_cpu_us_per_request": round(median("floor", "cpu_us_per_request"), 1),
+            "rps_ratio_vs_floor": round(median("adapter", "rps") / median("floor", "rps"), 3),
+            "cpu_ratio_vs_floor": round(
+                median("floor", "cpu_us_per_request") / median("adapter", "cpu_us_per_request"), 3
+            ),
+        }
     return {
         "auth": auth,
         "bare_rps": round(median("bare", "rps")),
@@ -210,6 +247,7 @@ async def _benchmark(directory: Path, *, seconds: float, rounds: int, connection
             "p50_ms": round(paced["p50_ms"], 2),
             "p99_ms": round(paced["p99_ms"], 2),
         },
+        **reference,
     }
 
 
@@ -220,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--auth", action="store_true")
+    parser.add_argument("--floor", action="store_true", help="also measure a low-level constant handler")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--loadgen", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -227,7 +266,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps(asyncio.run(_load(json.loads(options.loadgen)))))
         return {}
     result = asyncio.run(
-        benchmark(seconds=options.seconds, rounds=options.rounds, connections=options.connections, auth=options.auth)
+        benchmark(
+            seconds=options.seconds,
+            rounds=options.rounds,
+            connections=options.connections,
+            auth=options.auth,
+            floor=options.floor,
+        )
     )
     print(json.dumps(result, indent=2))
     if options.check:
