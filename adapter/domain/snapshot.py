@@ -308,12 +308,12 @@ class Snapshot:
         Grouped first and sorted per VA (10 pods) rather than all pods at once (100,000 at 10,000 VAs), with one
         key object per VA: 3x faster than one sort of every pod by (namespace, variant, pod), same result."""
         groups: dict[tuple[str, str], list[PodMetrics]] = {}
-        for pod in self.pods:
-            key = (pod.namespace, pod.variant)
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [pod]
-            else:
-                group.append(pod)
+        group: list[PodMetrics] = []
+        namespace = variant = None
+        for pod in self.pods:  # a VA's pods mostly come one after the other: compared, not hashed as a tuple
+            if pod.variant != variant or pod.namespace != namespace:
+                namespace, variant = pod.namespace, pod.variant
+                group = groups.setdefault((namespace, variant), [])
+            group.append(pod)
         by_name = attrgetter("pod")
         return {VariantKey(*key): sorted(groups[key], key=by_name) for key in sorted(groups)}
