@@ -572,6 +572,15 @@ def digest(query: Query, result: Sequence[Element], index: PodIndex) -> Digest:
         raise QueryError(f"malformed vector element in the answer: {_short(e)}") from e
 
 
+def _wanted(query: Query) -> tuple[set[tuple[str, str]], dict[str, set[str]]]:
+    """The query's models as the per-pod digests test them: (namespace, model id) pairs for the exact checks, and
+    model ids by namespace for the fast path."""
+    wanted_in: dict[str, set[str]] = {}
+    for k in query.models:
+        wanted_in.setdefault(k.namespace, set()).add(k.model_id)
+    return {(k.namespace, k.model_id) for k in query.models}, wanted_in
+
+
 def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Counter[str]) -> FloatColumn:
     """The hot loop (100,000 elements per query at 10,000 VAs): attribute reads and two hashed lookups per
     element; the values land in an array at the end. Several series of one pod (e.g. one per LoRA adapter's
@@ -584,10 +593,7 @@ def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Cou
     (namespace, model) is wanted)."""
     dispatch = query.name is QueryName.DISPATCH_RATE
     upper = _UPPER_BOUND.get(query.name, _INF)
-    wanted = {(k.namespace, k.model_id) for k in query.models}
-    wanted_in: dict[str, set[str]] = {}
-    for k in query.models:
-        wanted_in.setdefault(k.namespace, set()).add(k.model_id)
+    wanted, wanted_in = _wanted(query)
     number, by_pod, namespaces = index.number.get, index.by_pod.get, index.namespaces
     numbers: list[int] = []
     values: list[float] = []
@@ -640,10 +646,7 @@ def _geometry(
     The same fast path as `_column` (a known pod by name, its namespace and model wanted), then the labels; the
     exact checks otherwise, in their order: missing label, unknown model, invalid label, unknown pod."""
     out: dict[int, tuple[int, int]] = {}
-    wanted = {(k.namespace, k.model_id) for k in query.models}
-    wanted_in: dict[str, set[str]] = {}
-    for k in query.models:
-        wanted_in.setdefault(k.namespace, set()).add(k.model_id)
+    wanted, wanted_in = _wanted(query)
     number, by_pod, namespaces = index.number.get, index.by_pod.get, index.namespaces
     ints: dict[str | None, int | None] = {}  # the label values repeat ("16", "30000"): parse each once
     last_namespace: str | None = None
