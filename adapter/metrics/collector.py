@@ -581,6 +581,20 @@ def _wanted(query: Query) -> tuple[set[tuple[str, str]], dict[str, set[str]]]:
     return {(k.namespace, k.model_id) for k in query.models}, wanted_in
 
 
+def _unlabelled_or_unwanted(
+    namespace: str, pod: str, model: str, wanted: set[tuple[str, str]], drops: Counter[str]
+) -> bool:
+    """The first two exact checks of a per-pod element off the fast path, in their order (a missing pod or model
+    label, then a model the query did not ask for): counts the drop and says whether there was one."""
+    if not pod or not model:
+        drops["missing-label"] += 1
+        return True
+    if (namespace, model) not in wanted:
+        drops["unknown-model"] += 1
+        return True
+    return False
+
+
 def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Counter[str]) -> FloatColumn:
     """The hot loop (100,000 elements per query at 10,000 VAs): attribute reads and two hashed lookups per
     element; the values land in an array at the end. Several series of one pod (e.g. one per LoRA adapter's
@@ -611,11 +625,7 @@ def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Cou
             last_namespace, models = namespace, wanted_in.get(namespace, set())
         i = by_pod(pod, -1)
         if i < 0 or namespaces[i] != namespace or model not in models:  # the exact checks, in order
-            if not pod or not model:
-                drops["missing-label"] += 1
-                continue
-            if (namespace, model) not in wanted:
-                drops["unknown-model"] += 1
+            if _unlabelled_or_unwanted(namespace, pod, model, wanted, drops):
                 continue
             if (found := number((namespace, pod))) is None:
                 drops["unknown-pod"] += 1
@@ -663,13 +673,8 @@ def _geometry(
             last_namespace, models = namespace, wanted_in.get(namespace, set())
         i = by_pod(pod, -1)
         fast = i >= 0 and namespaces[i] == namespace and model in models
-        if not fast:
-            if not pod or not model:
-                drops["missing-label"] += 1
-                continue
-            if (namespace, model) not in wanted:
-                drops["unknown-model"] += 1
-                continue
+        if not fast and _unlabelled_or_unwanted(namespace, pod, model, wanted, drops):
+            continue
         raw_blocks, raw_size = labels.num_gpu_blocks, labels.block_size
         if raw_blocks != last_labels[0] or raw_size != last_labels[1]:
             if raw_blocks not in ints:
