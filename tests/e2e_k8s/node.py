@@ -25,6 +25,7 @@ import calendar
 import contextlib
 import functools
 import json
+import math
 import os
 import threading
 import time
@@ -227,8 +228,9 @@ class Node:
                 server = await MetricsServer(vllm.render).start()
                 self.pods[key] = EmulatedPod(namespace, meta["name"], variant, vllm, server)
                 changed = True
-            if not _ready(pod) and self._started(pod, self.pods[key].variant):
-                await loop.run_in_executor(None, functools.partial(self._mark_ready, pod))
+            now_s = int(time.time())  # one whole second for the check and the stamp it writes
+            if not _ready(pod) and self._started(pod, self.pods[key].variant, now_s):
+                await loop.run_in_executor(None, functools.partial(self._mark_ready, pod, now_s))
                 self.pods[key].ready_at_s = time.monotonic()
         for key in [k for k in self.pods if k[0] == namespace and k not in seen]:
             await self.pods.pop(key).server.stop()
@@ -237,18 +239,20 @@ class Node:
             self._spread(namespace)
             self._publish()
 
-    def _started(self, pod: dict[str, Any], variant: str) -> bool:
-        """True once the variant's startup time has passed since the Pod was created (by the wall clock, as the
-        API server stamped `creationTimestamp`)."""
+    def _started(self, pod: dict[str, Any], variant: str, now_s: int) -> bool:
+        """True once the variant's startup time has passed since the Pod was created, in the whole seconds the
+        API server stamped `creationTimestamp` with and `_mark_ready` will stamp Ready with: the same `now_s`
+        decides and is written, so the stored creation → Ready is never shorter than the startup time (a
+        check on the float clock and a stamp read from it again later could disagree if the clock stepped)."""
         delay = self.startup_s.get((pod["metadata"]["namespace"], variant), 0.0)
         if delay <= 0:
             return True
         created = calendar.timegm(time.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
-        return time.time() >= created + delay
+        return now_s >= created + math.ceil(delay)
 
-    def _mark_ready(self, pod: dict[str, Any]) -> None:
-        """What the kubelet reports once the containers run and pass their readiness probe."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    def _mark_ready(self, pod: dict[str, Any], now_s: int) -> None:
+        """What the kubelet reports once the containers run and pass their readiness probe, stamped `now_s`."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s))
         conditions = [
             {"type": kind, "status": "True", "lastTransitionTime": now}
             for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")

@@ -72,6 +72,16 @@ def _durations_from_the_apiserver(world: ApiWorld, variant: str) -> list[float]:
     return sorted(out)
 
 
+def _stamps(world: ApiWorld, variant: str) -> list[tuple[str, str, list[object]]]:
+    """For a failure message: each pod's name, creationTimestamp and conditions, as stored."""
+    url = world.kube.plane.url + r.PODS.path(namespace=world.namespace)
+    answer = world.kube.http.get(url, params={"labelSelector": f"{VARIANT_LABEL}={variant}"}, timeout=10)
+    return [
+        (p["metadata"]["name"], p["metadata"]["creationTimestamp"], (p.get("status") or {}).get("conditions") or [])
+        for p in answer.json()["items"]
+    ]
+
+
 def _target(inventory: Inventory, variant: str) -> ScaleTarget | None:
     view = next((v for v in inventory.view().variants if v.key.name == variant), None)
     return view.target if view is not None else None
@@ -107,8 +117,8 @@ async def test_startup_times_are_creation_to_ready_of_the_ready_pods(
         a100 = await settled("a100", 1)
         print(f"[startup] l4 {l4} s (startup {STARTUP_S['l4']} s), a100 {a100} s (startup {STARTUP_S['a100']} s)")
         # whole-second timestamps: at least the startup, at most a second (rounding) plus the node's poll later
-        assert all(STARTUP_S["l4"] <= d <= STARTUP_S["l4"] + 3 for d in l4), l4
-        assert all(STARTUP_S["a100"] <= d <= STARTUP_S["a100"] + 3 for d in a100), a100
+        assert all(STARTUP_S["l4"] <= d <= STARTUP_S["l4"] + 3 for d in l4), (l4, _stamps(api_world, "l4"))
+        assert all(STARTUP_S["a100"] <= d <= STARTUP_S["a100"] + 3 for d in a100), (a100, _stamps(api_world, "a100"))
 
         # a third l4 pod: reported once Ready (the durations of the other two unchanged), not while it starts
         api_world.patch(r.DEPLOYMENTS, "l4", {"spec": {"replicas": 3}})
