@@ -34,6 +34,12 @@ BENCHMARKS: tuple[tuple[str, str, str, list[str]], ...] = (
         "tests.bench_pipeline",
         [],
     ),
+    (
+        "decide-scale",
+        "decide at 1,000 / 10,000 / 20,000 VAs, paired (sizes alternating in each round, one process)",
+        "tests.bench_decide_scale",
+        [],
+    ),
     ("wake", "Scale from zero: EPP queue > 0 -> StreamIsActive true, 100 wakes", "tests.bench_wake", []),
 )
 
@@ -95,6 +101,23 @@ def summary(figures: dict[str, Any]) -> list[Row]:
         rows.append(
             ("decide, 1k -> 10k VAs", f"{ratio:.1f}x (CPU {cpu_ratio:.1f}x)", "<= 10.5x (linear)", ratio / 10.5)
         )
+    scale = figures.get("decide-scale")
+    if scale:
+        sizes = scale["sizes"]
+        per_va = ", ".join(f"{int(n) // 1000}k {row['cpu_us_per_va']:.1f}" for n, row in sizes.items())
+        paired = scale["pairs"].get("1000->10000")
+        if paired is not None:
+            rows.append(
+                (
+                    "  decide, 1k -> 10k VAs, paired (sizes alternating)",
+                    f"{paired:.2f}x CPU (us a VA: {per_va})",
+                    "<= 10.5x (linear)",
+                    paired / 10.5,
+                )
+            )
+        beyond = scale["pairs"].get("10000->20000")
+        if beyond is not None:
+            rows.append(("  decide, 10k -> 20k VAs, paired (evidence: linear beyond)", f"{beyond:.2f}x CPU", "-", None))
     exact_modes = (
         ("v2-exact", "pools over-full"),
         ("v2-exact-headroom", "pools with room"),
