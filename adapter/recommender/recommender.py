@@ -92,9 +92,12 @@ class VariantHistory:
     def observe(self, demand_replicas: float, now_s: float) -> VariantHistory:
         if not (math.isfinite(demand_replicas) and demand_replicas >= 0):
             return self
+        long, short = self.long, self.short
+        index = long.options.find_bucket(demand_replicas)
+        same = short.options is long.options or short.options == long.options  # always, unless restored otherwise
         return VariantHistory(  # spelled out, not `replace`: 10,000 a cycle at 10,000 VAs
-            self.long.add(demand_replicas, now_s),
-            self.short.add(demand_replicas, now_s),
+            long.add_to_bucket(index, now_s),
+            short.add_to_bucket(index, now_s) if same else short.add(demand_replicas, now_s),
             self.first_sample_s if self.samples else now_s,
             now_s,
             self.samples + 1,

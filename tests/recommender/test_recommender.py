@@ -38,6 +38,39 @@ def test_bucket_starts(index: int, start: float) -> None:
     assert OPTIONS.find_bucket(start + 1e-9) == index
 
 
+OPTION_SETS = st.builds(
+    HistogramOptions,
+    first_bucket=st.floats(1e-3, 10.0),
+    ratio=st.floats(1.001, 3.0),
+    max_value=st.floats(1.0, 1e9),
+)
+
+
+@given(OPTION_SETS, st.floats(0.0, 1e10) | st.floats(0.0, 5.0))
+def test_find_bucket_and_num_buckets_equal_the_formula_with_log_to_the_base_ratio(
+    options: HistogramOptions, value: float
+) -> None:
+    """The constants derived once at construction give the floats `math.log(x, ratio)` gives: the same bucket
+    for every value (a bucket boundary is where a different rounding would show)."""
+    first, ratio = options.first_bucket, options.ratio
+    count = math.ceil(math.log(options.max_value * (ratio - 1) / first + 1, ratio)) + 1
+    assert options.num_buckets == count
+    for v in (value, options.bucket_start(options.find_bucket(value))):
+        want = 0 if v < first else min(max(int(math.log(v * (ratio - 1) / first + 1, ratio)), 0), count - 1)
+        assert options.find_bucket(v) == want
+
+
+def test_a_history_adds_one_sample_to_both_histograms_in_one_bucket() -> None:
+    """`observe` places the sample once for both histograms; each equals adding it on its own."""
+    history = VariantHistory.new(CFG, 0.0).observe(2.0, 0.0).observe(7.3, 600.0)
+    long = DecayingHistogram.empty(CFG.histogram, CFG.half_life_s, 0.0).add(2.0, 0.0).add(7.3, 600.0)
+    short = DecayingHistogram.empty(CFG.histogram, CFG.short_half_life_s, 0.0).add(2.0, 0.0).add(7.3, 600.0)
+    assert (history.long, history.short) == (long, short)
+    restored = VariantHistory.restore(history.checkpoint(), now_s=600.0)  # options equal, not the same object
+    assert restored.long.options is not restored.short.options
+    assert restored.observe(3.1, 900.0).short == short.add(3.1, 900.0)
+
+
 def _percentile_by_scan(hist: DecayingHistogram, p: float) -> float:
     """The bucket scan `percentiles` replaced (one sort and one walk per p), kept to check it against."""
     total = hist.total_weight
