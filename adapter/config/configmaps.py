@@ -189,6 +189,12 @@ class AllocationMode:
     exact: bool = False
 
     @property
+    def independent(self) -> bool:
+        """Each model's allocation depends on its own signal alone (cost-aware, GPUs unlimited): models may be
+        allocated in any grouping with the same result."""
+        return not (self.limiter or self.exact)
+
+    @property
     def optimizer(self) -> str:
         if self.exact:
             return "exact-milp"
