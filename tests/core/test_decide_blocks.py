@@ -14,13 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapter import engine
-from adapter.config.configmaps import AllocationMode, ConfigSet
-from adapter.config.engine import EngineConfig
+from adapter.config.configmaps import AllocationMode
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import Snapshot, VariantView
 from adapter.engine import pipeline
 from adapter.metrics.collector import assemble
-from tests.core.test_scale_reference import SATURATION, views_for
+from tests.core.test_scale_reference import saturation_config, views_for
 from tests.metrics.test_collector_reference import generated_cycle
 
 
@@ -98,10 +97,7 @@ def test_blocks_decide_as_one_pass(seed: int, analyzer: str, block_vas: int, dat
     if not pod_variants:
         return
     views = views_for(seed, pod_variants, [m.key for m in models])
-    entry = "kvCacheThreshold: 0.8\nqueueLengthThreshold: 5\n" + (
-        "analyzerName: saturation\n" if analyzer == "v2" else ""
-    )
-    config = EngineConfig(configmaps=ConfigSet.from_raw([(*SATURATION, {"default": entry})]))
+    config = saturation_config(analyzer)
     collection = assemble(models, outcomes, pod_variants)
     snapshot = Snapshot(1_000.0, views, collection.pods, collection.models)
     ids = sorted({v.spec.model_id for v in views})
@@ -124,7 +120,7 @@ def test_errors_list_measuring_failures_before_finishing_ones(block_vas: int) ->
     seed = next(s for s in range(1000) if len({m.key.model_id for m in generated_cycle(s)[0]}) >= 3)
     models, pod_variants, outcomes = generated_cycle(seed)
     views = views_for(seed, pod_variants, [m.key for m in models])
-    config = EngineConfig(configmaps=ConfigSet.from_raw([(*SATURATION, {"default": "kvCacheThreshold: 0.8\n"})]))
+    config = saturation_config("v1")
     collection = assemble(models, outcomes, pod_variants)
     snapshot = Snapshot(1_000.0, views, collection.pods, collection.models)
     first, second = sorted({v.spec.model_id for v in views})[:2]

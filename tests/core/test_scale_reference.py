@@ -132,6 +132,14 @@ def views_for(seed: int, pod_variants: dict[tuple[str, str], str], models: list[
     return tuple(out)
 
 
+def saturation_config(analyzer: str) -> EngineConfig:
+    """The generated cycles' configuration: V1 (`v1`) or V2 (`v2`) with thresholds 0.8 / 5."""
+    entry = "kvCacheThreshold: 0.8\nqueueLengthThreshold: 5\n" + (
+        "analyzerName: saturation\n" if analyzer == "v2" else ""
+    )
+    return EngineConfig(configmaps=ConfigSet.from_raw([(*SATURATION, {"default": entry})]))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=2**32 - 1), st.sampled_from(["v1", "v2"]))
 def test_a_cycle_decides_as_before(seed: int, analyzer: str) -> None:
@@ -139,10 +147,7 @@ def test_a_cycle_decides_as_before(seed: int, analyzer: str) -> None:
     if not pod_variants:
         return
     views = views_for(seed, pod_variants, [m.key for m in models])
-    entry = "kvCacheThreshold: 0.8\nqueueLengthThreshold: 5\n" + (
-        "analyzerName: saturation\n" if analyzer == "v2" else ""
-    )
-    config = EngineConfig(configmaps=ConfigSet.from_raw([(*SATURATION, {"default": entry})]))
+    config = saturation_config(analyzer)
 
     def decisions(collection: object) -> dict[VariantKey, object]:
         snapshot = Snapshot(
