@@ -11,14 +11,15 @@ k8s.io/apimachinery/pkg/util/validation:
     qualified name       [prefix/]name, prefix a subdomain, name a label-value-like  label keys
 
 Free text (a modelID, an accelerator name, a variantID) has no Kubernetes rule beyond "a string"; ours: at most
-`MAX_FREE_TEXT_CHARS` characters and no control or format characters (Unicode categories Cc, Cf, Zl, Zp: NUL,
-newline, ESC, U+202E …), which would otherwise reach terminals, logs and PromQL label matchers verbatim.
+`MAX_FREE_TEXT_CHARS` characters, every one printable (`str.isprintable`: no control, format, surrogate,
+private-use or unassigned code point, no line or paragraph separator, no space but ' ' — NUL, newline, ESC,
+U+202E, U+E000, U+3000 …), which would otherwise reach terminals, logs and PromQL label matchers verbatim or
+unreadable.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Annotated, Final
 
 from pydantic import AfterValidator
@@ -34,7 +35,6 @@ _LABEL_VALUE_RE: Final = re.compile(LABEL_VALUE, re.ASCII)
 _API_VERSION_RE: Final = re.compile(rf"({DNS1123_SUBDOMAIN}/)?{DNS1123_LABEL}", re.ASCII)
 MAX_FREE_TEXT_CHARS: Final = 512
 INT32_MAX: Final = 2**31 - 1
-_FORBIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 LABEL_RULE: Final = (
     "must be a lowercase RFC 1123 label: at most 63 characters, lowercase letters, digits or '-', starting and "
@@ -70,11 +70,12 @@ def is_qualified_name(text: str) -> bool:
 
 
 def forbidden_character(text: str) -> str | None:
-    """The first control or format character of `text`, escaped (e.g. "'\\x00' at 1"), or None."""
-    for index, char in enumerate(text):
-        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
-            return f"{char!r} at {index}"
-    return None
+    """The first character of `text` that is not printable, escaped with its index (e.g. "'\\x00' at 1"), or
+    None."""
+    if text.isprintable():
+        return None
+    index, char = next((i, c) for i, c in enumerate(text) if not c.isprintable())
+    return f"{char!r} at {index}"
 
 
 def _dns1123_label(value: str) -> str:
@@ -104,7 +105,10 @@ def _free_text(value: str) -> str:
         raise ValueError(f"must be at most {MAX_FREE_TEXT_CHARS} characters, got {len(value)}")
     bad = forbidden_character(value)
     if bad is not None:
-        raise ValueError(f"must not contain control or format characters, found {bad}")
+        raise ValueError(
+            "must hold printable characters only (no control, format, private-use or unassigned character, no "
+            f"separator but ' '), found {bad}"
+        )
     return value
 
 

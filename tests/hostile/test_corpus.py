@@ -442,7 +442,12 @@ CASES: dict[str, Case] = {
     "check-config-nul-in-model-id": Case(
         check_config(_va_file(inputs.va("a", model="m\x00x"))),
         1,
-        r"modelID: 'm\\x00x' — must not contain control or format characters, found '\\x00' at 1",
+        r"modelID: 'm\\x00x' — must hold printable characters only .*, found '\\x00' at 1",
+    ),
+    "check-config-private-use-in-model-id": Case(
+        check_config(_va_file(inputs.va("a", model="\ue000"))),
+        1,
+        r"modelID: '\\ue000' — must hold printable characters only .*, found '\\ue000' at 0",
     ),
     "check-config-cost-1e53": Case(
         check_config(_va_file(inputs.va("a", variantCost="1" + "0" * 53))), 1, r"variantCost: .* at most 32 characters"

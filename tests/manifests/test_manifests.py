@@ -405,7 +405,7 @@ CODE_ONLY_RULES = {
     # No Deployment, StatefulSet or LeaderWorkerSet can have another name; the CRD only says minLength 1.
     ("scaleTargetRef", "name"): "_dns1123_subdomain",
     ("scaleTargetRef", "apiVersion"): "_api_version",
-    # Ours: no control or format characters (they reach terminals, logs and PromQL matchers), at most 512.
+    # Ours: printable characters only (others reach terminals, logs and PromQL matchers), at most 512.
     ("spec", "modelID"): "_free_text",
     ("spec", "variantID"): "_free_text",
 }
