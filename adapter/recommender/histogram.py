@@ -46,10 +46,14 @@ class HistogramOptions:
                 raise ValueError(f"histogram {name} must be a finite number > 0, got {value!r}")
         if not (math.isfinite(self.ratio) and self.ratio > 1):
             raise ValueError(f"histogram ratio must be > 1, got {self.ratio!r}")
-        log_ratio = math.log(self.ratio)  # math.log(x, base) is math.log(x) / math.log(base): the same floats
-        object.__setattr__(self, "_log_ratio", log_ratio)
-        top = math.log(self.max_value * (self.ratio - 1) / self.first_bucket + 1) / log_ratio
-        object.__setattr__(self, "_num_buckets", math.ceil(top) + 1)
+        # math.log(x, base) is math.log(x) / math.log(base): the same floats
+        object.__setattr__(self, "_log_ratio", math.log(self.ratio))
+        object.__setattr__(self, "_num_buckets", math.ceil(self._position(self.max_value)) + 1)
+
+    def _position(self, value: float) -> float:
+        """Where `value` falls on the bucket scale: log_ratio(value · (ratio − 1) / first + 1), the inverse of
+        `bucket_start` (bucket i covers positions [i, i + 1))."""
+        return math.log(value * (self.ratio - 1) / self.first_bucket + 1) / self._log_ratio
 
     @property
     def num_buckets(self) -> int:
@@ -62,8 +66,7 @@ class HistogramOptions:
         """The bucket of `value`: ⌊log_ratio(value · (ratio − 1) / first + 1)⌋, within [0, num_buckets − 1]."""
         if value < self.first_bucket:
             return 0
-        index = int(math.log(value * (self.ratio - 1) / self.first_bucket + 1) / self._log_ratio)
-        return min(max(index, 0), self._num_buckets - 1)
+        return min(max(int(self._position(value)), 0), self._num_buckets - 1)
 
 
 @dataclass(frozen=True, slots=True)
