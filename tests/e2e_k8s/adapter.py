@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .controlplane import CONTROLLER_NS, Pair, _die_with_parent, free_port
+from tests.ports import free_port
+
+from .controlplane import CONTROLLER_NS, Pair, _die_with_parent
 
 WVA_ADAPTER = Path(sys.executable).with_name("wva-adapter")
 LEADER_LINE = re.compile(r"became leader \(lease \S+, identity (\S+)\)")

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -42,6 +41,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapter.servers.tls import CertificateAuthority, IssuedCert, serving_hosts, write_pem_pair
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "hack" / "build-k8s-bins.sh"
@@ -79,12 +79,6 @@ def require_binaries() -> dict[str, Path]:
             pytrace=False,
         )
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:

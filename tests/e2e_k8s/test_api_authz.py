@@ -44,10 +44,11 @@ from adapter.servers.tls import CertificateAuthority
 from tests.k8s import builders as b
 from tests.k8s.conftest import FAST, eventually
 from tests.k8s.test_authz import DISCOVERY, HPA, METRIC
+from tests.ports import free_port
 
 from .apiworld import ApiWorld, read_audit
 from .cluster import Kube
-from .controlplane import ADAPTER_SA, ADAPTER_USER, AUDITED_GROUP, CONTROLLER_NS, free_port, write_token_kubeconfig
+from .controlplane import ADAPTER_SA, ADAPTER_USER, AUDITED_GROUP, CONTROLLER_NS, write_token_kubeconfig
 
 pytestmark = pytest.mark.e2e_k8s
 

@@ -30,10 +30,11 @@ from adapter.k8s.client import JSON_PATCH, KubeAuthError, KubeClient, KubeInvali
 from adapter.k8s.resources import ResourceType
 from tests.k8s import builders as b
 from tests.k8s.conftest import eventually
+from tests.ports import free_port
 
 from .apiworld import ApiWorld, read_audit
 from .cluster import Kube
-from .controlplane import ADAPTER_SA, ADAPTER_USER, AUDITED_GROUP, CONTROLLER_NS, free_port, write_token_kubeconfig
+from .controlplane import ADAPTER_SA, ADAPTER_USER, AUDITED_GROUP, CONTROLLER_NS, write_token_kubeconfig
 
 pytestmark = pytest.mark.e2e_k8s
 

@@ -260,7 +260,7 @@ def _configmap_events(env: Env) -> list[dict[str, Any]]:
 def test_main_configmap_changes_apply_live_or_are_reported(env: Env) -> None:
     """The adapter's controller namespace is the test's, so its `wva-variantautoscaling-config` is the test's:
     Prometheus comes from there (the flag is left out), first pointing nowhere."""
-    from .controlplane import free_port
+    from tests.ports import free_port
 
     env.create_namespace(hpa=False)
     # The analyzer ConfigMaps in this controller namespace too (else their absence is a config warning): the

@@ -31,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from .controlplane import _die_with_parent, free_port
+from tests.ports import free_port
+
+from .controlplane import _die_with_parent
 from .realapi import RealApiServer
 
 pytestmark = pytest.mark.e2e_k8s

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+
+from tests.ports import free_port
 
 INSTALL_HINT = (
     "the Prometheus binary is required by the end-to-end metrics tests and was not found on PATH or at "
@@ -34,12 +35,6 @@ def prometheus_binary() -> str:
     if found is None:
         pytest.fail(INSTALL_HINT, pytrace=False)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -17,6 +16,7 @@ from adapter.domain.snapshot import ModelTraffic
 from adapter.metrics.collector import PrometheusCollector, VectorSample, assemble, parse_vector
 from adapter.metrics.queries import Query, QueryName, build_queries
 from tests.metrics import V1_QUERIES
+from tests.ports import free_port
 
 from .emulators import FakePrometheus, vector
 
@@ -87,12 +87,6 @@ async def collector(fake: FakePrometheus) -> AsyncIterator[PrometheusCollector]:
     c = PrometheusCollector(fake.url, timeout_s=2)
     yield c
     c.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ------------------------------------------------------------------------------------------ happy path
