@@ -45,6 +45,14 @@ def reference_pods_by_variant(snapshot: Snapshot) -> dict[VariantKey, list[PodMe
     return out
 
 
+def reference_variants_by_model(snapshot: Snapshot) -> dict[ModelKey, list[VariantView]]:
+    """`Snapshot.variants_by_model` before it sorted on tuples."""
+    groups: dict[ModelKey, list[VariantView]] = {}
+    for view in sorted(snapshot.variants, key=lambda v: v.key):
+        groups.setdefault(view.spec.model, []).append(view)
+    return groups
+
+
 def reference_usable(pod: PodMetrics) -> bool:
     """`engine.analyze._usable` before issue 22."""
     return (
@@ -87,6 +95,25 @@ def test_pods_by_variant_equals_the_reference(pods: list[PodMetrics]) -> None:
     snapshot = Snapshot(0.0, (), tuple(pods))
     got, want = snapshot.pods_by_variant(), reference_pods_by_variant(snapshot)
     assert list(got.items()) == list(want.items())  # same groups, same order within and between them
+
+
+VIEWS = st.lists(
+    st.builds(
+        lambda namespace, name, model: VariantView(VariantSpec(VariantKey(namespace, name), model, "Deployment", name)),
+        st.sampled_from(["a", "b", "c"]),
+        st.text("xyz0123", min_size=1, max_size=4),
+        st.sampled_from(["m1", "m2", "org/m"]),
+    ),
+    max_size=30,
+    unique_by=lambda view: view.key,
+)
+
+
+@given(VIEWS)
+def test_variants_by_model_equals_the_reference(views: list[VariantView]) -> None:
+    snapshot = Snapshot(0.0, tuple(views))
+    got, want = snapshot.variants_by_model(), reference_variants_by_model(snapshot)
+    assert list(got.items()) == list(want.items())  # same models in the same order, each with its VAs in order
 
 
 @given(READINGS, READINGS)
