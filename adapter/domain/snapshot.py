@@ -7,7 +7,7 @@ Times are seconds since the Unix epoch (`*_s`), so the core does plain arithmeti
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import repeat
@@ -297,21 +297,7 @@ class Snapshot:
         return self.metrics_available and model not in self.unavailable_models
 
     def variants_by_model(self) -> dict[ModelKey, list[VariantView]]:
-        """VAs by model, the models in the order of their first VA, each model's VAs in (namespace, name) order.
-
-        Sorted on (namespace, name) tuples, which compare in C, rather than on the VariantKeys, whose generated
-        `__lt__` builds two tuples a comparison (12 → 4 ms at 10,000 VAs); one ModelKey per model, not per VA."""
-        groups: dict[tuple[str, str], list[VariantView]] = {}
-        models: dict[tuple[str, str], ModelKey] = {}
-        for view in sorted(self.variants, key=_namespace_and_name):
-            spec = view.spec
-            model = (spec.key.namespace, spec.model_id)
-            group = groups.get(model)
-            if group is None:
-                group = groups[model] = []
-                models[model] = ModelKey(*model)
-            group.append(view)
-        return {models[model]: views for model, views in groups.items()}
+        return variants_by_model(self.variants)
 
     def pods_by_variant(self) -> dict[VariantKey, list[PodMetrics]]:
         """Pods by VA, each VA's pods in name order, the VAs in (namespace, name) order.
@@ -328,6 +314,24 @@ class Snapshot:
             group.append(pod)
         by_name = attrgetter("pod")
         return {VariantKey(*key): sorted(groups[key], key=by_name) for key in sorted(groups)}
+
+
+def variants_by_model(variants: Iterable[VariantView]) -> dict[ModelKey, list[VariantView]]:
+    """VAs by model, the models in the order of their first VA, each model's VAs in (namespace, name) order.
+
+    Sorted on (namespace, name) tuples, which compare in C, rather than on the VariantKeys, whose generated
+    `__lt__` builds two tuples a comparison (12 → 4 ms at 10,000 VAs); one ModelKey per model, not per VA."""
+    groups: dict[tuple[str, str], list[VariantView]] = {}
+    models: dict[tuple[str, str], ModelKey] = {}
+    for view in sorted(variants, key=_namespace_and_name):
+        spec = view.spec
+        model = (spec.key.namespace, spec.model_id)
+        group = groups.get(model)
+        if group is None:
+            group = groups[model] = []
+            models[model] = ModelKey(*model)
+        group.append(view)
+    return {models[model]: views for model, views in groups.items()}
 
 
 def _namespace_and_name(view: VariantView) -> tuple[str, str]:

@@ -29,7 +29,7 @@ from adapter.config.engine import EngineConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import GpuPools
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
-from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.ids import MODEL_ORDER, ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Recommendation, Snapshot, VariantStatus, VariantView
 from adapter.engine import recommend
 from adapter.engine.analyze import ModelPlan, measure_model
@@ -59,7 +59,7 @@ def decide(
     new_allocations: dict[VariantKey, DesiredAlloc] = {}
     warnings: list[str] = []
 
-    for block in _blocks(sorted(models.items()), independent=mode.independent):
+    for block in _blocks(sorted(models.items(), key=_by_model), independent=mode.independent):
         # 1. measure: one plan per model
         block_plans: dict[ModelKey, ModelPlan] = {}
         for model, views in block:
@@ -275,3 +275,7 @@ def _merge_conditions(old: Sequence[Condition], new: Sequence[Condition], now_s:
         since = prev.last_transition_s if prev is not None and prev.status == cond.status else now_s
         merged.append(replace(cond, last_transition_s=since))
     return tuple(merged)
+
+
+def _by_model(item: tuple[ModelKey, Sequence[VariantView]]) -> tuple[str, str]:
+    return MODEL_ORDER(item[0])

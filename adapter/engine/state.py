@@ -19,7 +19,7 @@ from adapter.analyzers import registry
 from adapter.analyzers.memory import StateFormatError
 from adapter.analyzers.protocol import Analyzer
 from adapter.domain.decision import AnalyzerName
-from adapter.domain.ids import VariantKey
+from adapter.domain.ids import VARIANT_ORDER, VariantKey
 from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.recommender.recommender import VariantHistory
 
@@ -66,13 +66,14 @@ def state_to_json(state: EngineState) -> dict[str, Any]:
                 "accelerator": a.accelerator,
                 "path": str(a.path),
             }
-            for k, a in sorted(state.allocations.items())
+            for k, a in sorted(state.allocations.items(), key=_by_variant)
         }
     }
     for analyzer in registry.ANALYZERS:
         doc[analyzer.memory.section] = analyzer.memory.to_json(state.memory(analyzer))
     doc["recommender"] = {
-        str(k): {**h.checkpoint(), "checkpointed_s": h.checkpointed_s} for k, h in sorted(state.recommender.items())
+        str(k): {**h.checkpoint(), "checkpointed_s": h.checkpointed_s}
+        for k, h in sorted(state.recommender.items(), key=_by_variant)
     }
     return doc
 
@@ -122,3 +123,8 @@ def _path(entry: dict[str, Any], where: str) -> DecisionPath:
         return DecisionPath(entry.get("path", DecisionPath.UNKNOWN))
     except ValueError:
         raise StateFormatError(f"{where}.path", f"must be one of {', '.join(DecisionPath)}") from None
+
+
+def _by_variant(item: tuple[VariantKey, object]) -> tuple[str, str]:
+    """Items keyed by VariantKey in the keys' order (VARIANT_ORDER: tuples compared in C)."""
+    return VARIANT_ORDER(item[0])

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from adapter.domain.decision import AnalyzerName, CycleKind, CycleResult, VariantDecision
-from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.snapshot import DecisionPath, DesiredAlloc, Snapshot, VariantView
+from adapter.domain.ids import MODEL_ORDER, ModelKey, VariantKey
+from adapter.domain.snapshot import DecisionPath, DesiredAlloc, Snapshot, VariantView, variants_by_model
 from adapter.enforcer import scale_from_zero
 from adapter.engine.analyze import previous_alloc
 from adapter.engine.enforce import alloc_for
@@ -30,17 +30,17 @@ from adapter.engine.state import EngineState
 def idle_models(variants: Sequence[VariantView], state: EngineState) -> list[ModelKey]:
     """Models whose every variant is at zero and that nothing has asked to run: the ones a queued request
     would wake (their EPP queues are the only ones worth scraping)."""
-    groups: dict[ModelKey, list[VariantView]] = {}
-    for view in sorted(variants, key=lambda v: v.key):
-        groups.setdefault(view.spec.model, []).append(view)
-    return [model for model, views in sorted(groups.items()) if _wakeable(views, state)]
+    groups = variants_by_model(variants)
+    return [model for model in sorted(groups, key=MODEL_ORDER) if _wakeable(groups[model], state)]
 
 
 def wake(snapshot: Snapshot, state: EngineState, now_s: float) -> tuple[CycleResult, EngineState]:
     """The wakes the snapshot's EPP queues call for (module docstring); the result holds only woken VAs."""
     decisions: dict[VariantKey, VariantDecision] = {}
     allocations: dict[VariantKey, DesiredAlloc] = {}
-    for model, views in sorted(snapshot.variants_by_model().items()):
+    groups = snapshot.variants_by_model()
+    for model in sorted(groups, key=MODEL_ORDER):
+        views = groups[model]
         if not _wakeable(views, state):
             continue
         traffic = snapshot.models.get(model)

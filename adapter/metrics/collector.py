@@ -80,7 +80,7 @@ from urllib3.util.retry import Retry
 
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.errors import ConfigError, PrometheusUnavailable, QueryError, SourceError
-from adapter.domain.ids import ModelKey
+from adapter.domain.ids import MODEL_ORDER, ModelKey
 from adapter.domain.latency import LatencyHistogram, ModelLatency
 from adapter.domain.snapshot import ModelTraffic, PodMetrics, pod_metrics_from_columns
 from adapter.metrics.queries import (
@@ -699,7 +699,7 @@ def _geometry(
 def _model_values(query: Query, result: Sequence[Element], drops: Counter[str]) -> dict[ModelKey, float]:
     epp = query.name is not QueryName.REQUEST_COUNT
     by_model_id: dict[str, list[ModelKey]] = {}
-    for key in sorted(query.models):
+    for key in sorted(query.models, key=MODEL_ORDER):
         by_model_id.setdefault(key.model_id, []).append(key)
     out: dict[ModelKey, float] = {}
     for item in result:
@@ -785,7 +785,7 @@ def join(
     errors = tuple(f"{q.name}: {type(o).__name__}: {o}" for q, o in outcomes if isinstance(o, SourceError))
     if outcomes and len(errors) == len(outcomes):
         return Collection(
-            models={key: ModelTraffic(key) for key in sorted(keys)},
+            models={key: ModelTraffic(key) for key in sorted(keys, key=MODEL_ORDER)},
             available=False,
             unavailable_models=keys,
             errors=errors,
@@ -821,7 +821,7 @@ def join(
                 **traffic.get(key, {}),
                 latency=ModelLatency(latency_window_s, **latency[key]) if key in latency else None,
             )
-            for key in sorted(keys)
+            for key in sorted(keys, key=MODEL_ORDER)
         },
         available=True,
         unavailable_models=unavailable,

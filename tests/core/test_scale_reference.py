@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from adapter import engine
 from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
-from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.ids import MODEL_ORDER, VARIANT_ORDER, ModelKey, VariantKey
 from adapter.domain.snapshot import (
     DesiredAlloc,
     PodMetrics,
@@ -114,6 +114,16 @@ def test_variants_by_model_equals_the_reference(views: list[VariantView]) -> Non
     snapshot = Snapshot(0.0, tuple(views))
     got, want = snapshot.variants_by_model(), reference_variants_by_model(snapshot)
     assert list(got.items()) == list(want.items())  # same models in the same order, each with its VAs in order
+
+
+NAMES = st.text("ab/-.0", max_size=3)
+
+
+@given(st.sets(st.tuples(NAMES, NAMES), max_size=30))
+def test_the_order_keys_sort_as_the_keys_do(pairs: set[tuple[str, str]]) -> None:
+    models, variants = [ModelKey(*p) for p in pairs], [VariantKey(*p) for p in pairs]
+    assert sorted(models, key=MODEL_ORDER) == sorted(models)
+    assert sorted(variants, key=VARIANT_ORDER) == sorted(variants)
 
 
 @given(READINGS, READINGS)
