@@ -68,4 +68,5 @@ def test_bench_sim_runs_from_a_clean_copy_without_shared(tmp_path: Path) -> None
     assert "| azure-conv |" in page
     assert "| steps |" in page
     assert "## The default configuration against the goals" in page
+    assert "## Where the misses are" in page
     assert "±" in page
