@@ -278,4 +278,5 @@ def _merge_conditions(old: Sequence[Condition], new: Sequence[Condition], now_s:
 
 
 def _by_model(item: tuple[ModelKey, Sequence[VariantView]]) -> tuple[str, str]:
+    """Model groups in the ModelKeys' order (MODEL_ORDER: tuples compared in C)."""
     return MODEL_ORDER(item[0])

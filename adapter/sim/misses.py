@@ -17,7 +17,8 @@ load), so [0, 360 s) is unforeseen; minute 15 (24 > 1.25 × 4) is a rise, so [90
 every policy is scored on the same requests.
 
 `RISE` = 1.25: a rise within a quarter of the highest load seen is within the margin a policy keeps (the
-forecast's upper quantile is ~20–30 % above the rate on the benchmark workloads, docs/predictive.md).
+predictive analyzer's upper-quantile forecast runs ~20–30 % above the arrival rate on the conversation trace:
+seed 0 of the benchmark's azure-conv, 21.1 → 26.7 req/s at minute 18).
 """
 
 from __future__ import annotations
