@@ -21,6 +21,9 @@ from adapter.domain.text import excerpt, plain, quote
 
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_ASCII_SPACE = " \t\n\r\f\v"
+"""What may surround a number on the command line. Not `str.strip()`'s whitespace, which also takes U+001C–U+001F
+and Unicode spaces: "0\x1f" passed the check stripped that way and then made `float` raise (the fuzzer, seed 407)."""
 MAX_SEED = 2**32 - 1
 """numpy's SeedSequence takes any non-negative int; we keep seeds to 32 bits, as the scenario schema does."""
 MAX_DEMO_SPEED = 1_000_000.0
@@ -46,9 +49,10 @@ def number(
 
     def parse(text: str) -> Any:
         pattern = _INTEGER if integer else _DECIMAL
-        if not pattern.fullmatch(text.strip()):
+        digits = text.strip(_ASCII_SPACE)
+        if not pattern.fullmatch(digits):
             raise argparse.ArgumentTypeError(f"{rule}, got {quote(text, 40)}")
-        value: float | int = int(text) if integer else float(text)
+        value: float | int = int(digits) if integer else float(digits)
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{rule}, got {quote(text, 40)}")
         if minimum is not None and (value < minimum or (above and value == minimum)):
