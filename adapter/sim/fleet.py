@@ -381,6 +381,11 @@ class RequestOutcomes:
     def dropped(self) -> int:
         return int(self.dropped_arrival_s.size)
 
+    def met(self, *, ttft_s: float, itl_s: float) -> npt.NDArray[np.bool_]:
+        """Per completed request, whether it met both targets (a NaN ITL, a one-token answer, counts as met): the
+        one rule every attainment figure counts with."""
+        return (self.ttft_s <= ttft_s) & (np.isnan(self.itl_s) | (self.itl_s <= itl_s))
+
     def slo_attainment(self, *, ttft_s: float, itl_s: float) -> float:
         """Fraction of finished requests (completed + dropped) meeting both targets; drops count as misses,
         a NaN ITL (one-token answer) as met, requests still in flight at the end are not counted.
@@ -388,9 +393,7 @@ class RequestOutcomes:
         total = self.completed + self.dropped
         if total == 0:
             return 1.0
-        itl_ok = np.isnan(self.itl_s) | (self.itl_s <= itl_s)
-        met = int(np.count_nonzero((self.ttft_s <= ttft_s) & itl_ok))
-        return met / total
+        return int(np.count_nonzero(self.met(ttft_s=ttft_s, itl_s=itl_s))) / total
 
     def percentile_ms(self, which: str, q: float) -> float:
         """Percentile (0–100) of `ttft` or `itl` over completed requests, in ms; NaN when none."""

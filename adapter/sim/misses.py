@@ -134,7 +134,7 @@ def of_run(outcomes: RequestOutcomes, *, start_s: float, ttft_s: float, itl_s: f
     """`split_misses` of a finished run: its completed requests (met when both targets are, a one-token answer's
     NaN ITL as met) and its dropped ones (missed), arrival times from `start_s` — the requests and the rule of
     `RequestOutcomes.slo_attainment`, so that met / requests of the two parts together is the run's attainment."""
-    completed_met = (outcomes.ttft_s <= ttft_s) & (np.isnan(outcomes.itl_s) | (outcomes.itl_s <= itl_s))
+    completed_met = outcomes.met(ttft_s=ttft_s, itl_s=itl_s)
     arrivals = np.concatenate([outcomes.arrival_s, outcomes.dropped_arrival_s]) - start_s
     met = np.concatenate([completed_met, np.zeros(outcomes.dropped_arrival_s.size, dtype=bool)])
     return split_misses(arrivals, met, lead_s=lead_s)

@@ -374,8 +374,7 @@ def _summary(
 ) -> dict[str, Any]:
     outcomes = sim.fleet.outcomes()
     slo = sim.scenario.slo
-    itl_ok = np.isnan(outcomes.itl_s) | (outcomes.itl_s <= slo.itl_ms / 1000.0)
-    met = int(np.count_nonzero((outcomes.ttft_s <= slo.ttft_ms / 1000.0) & itl_ok))
+    met = int(np.count_nonzero(outcomes.met(ttft_s=slo.ttft_ms / 1000.0, itl_s=slo.itl_ms / 1000.0)))
     unfinished = outcomes.in_flight
     requests = outcomes.completed + outcomes.dropped + unfinished
     reasons = Counter(outcomes.dropped_reason)

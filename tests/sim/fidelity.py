@@ -219,8 +219,7 @@ def grid_row(task: tuple[str, float, bool]) -> GridRow:
     )
     fleet.advance(GRID_DURATION_S + 600.0)
     outcomes = fleet.outcomes()
-    itl_ok = np.isnan(outcomes.itl_s) | (outcomes.itl_s <= SLO_ITL_MS / 1000.0)
-    met = int(np.count_nonzero((outcomes.ttft_s <= SLO_TTFT_MS / 1000.0) & itl_ok))
+    met = int(np.count_nonzero(outcomes.met(ttft_s=SLO_TTFT_MS / 1000.0, itl_s=SLO_ITL_MS / 1000.0)))
     total = outcomes.completed + outcomes.dropped + outcomes.in_flight
     predicted = model.analyze(rate)
     return GridRow(
