@@ -693,7 +693,8 @@ class SimulatedFleet:
             avg_output_tokens=(
                 (current.generation_tokens - token_base.generation_tokens) / d_done if d_done > 0 else None
             ),
-            arrival_rate_rps=(current.arrivals - rate_base.arrivals) / elapsed_s,
+            # Prometheus' rate() needs two samples in its window: none before now means no rate, not 0
+            arrival_rate_rps=(current.arrivals - rate_base.arrivals) / elapsed_s if now > rate_base.t_s else None,
             avg_ttft_s=(current.ttft_sum_s - rate_base.ttft_sum_s) / d_ttft if d_ttft > 0 else None,
             avg_itl_s=(current.itl_sum_s - rate_base.itl_sum_s) / d_itl if d_itl > 0 else None,
             max_batch_size=v.perf.max_num_seqs,

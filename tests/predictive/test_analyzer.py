@@ -6,6 +6,7 @@ fail-over, and monotonicity in the load."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -118,6 +119,48 @@ def test_without_the_period_the_same_moment_is_not_scaled() -> None:
     assert fleet.desired()["a100"] == 1
     assert fleet.last is not None
     assert fleet.last.analyses[MODEL].analysis["demand"]["forecast"]["period_s"] is None
+
+
+# ---- arrivals unknown are not zero ------------------------------------------------------------------------------
+
+
+def unreported(pods: list[PodMetrics]) -> list[PodMetrics]:
+    """The same pods with no arrival rate (Prometheus had fewer than two samples in the window, a scrape gap)."""
+    return [replace(p, arrival_rate_rps=None) for p in pods]
+
+
+@pytest.mark.parametrize(
+    ("rates", "expected"),
+    [
+        pytest.param([None, 10.0, 10.0], [10.0, 10.0], id="unknown-first-cycle-not-a-point"),
+        pytest.param([10.0, None, 10.0], [10.0, 10.0, 10.0], id="unknown-gap-holds-the-last-value"),
+        pytest.param([10.0, 0.0, 10.0], [10.0, 0.0, 10.0], id="reported-zero-is-a-zero"),
+    ],
+)
+def test_a_cycle_without_arrival_rates_leaves_the_forecast_history_alone(
+    rates: list[float | None], expected: list[float]
+) -> None:
+    """A cycle whose pods reported no rate is not an observation: the history's grid fills the skipped step with
+    the last value, as for a cycle that did not run; a reported 0 (idle pods) is an observation."""
+    fleet = one_variant_fleet()
+    for i, rate in enumerate(rates):
+        pods = busy_pods("a100", 1, rate or 0.0)
+        fleet.cycle(T0 + STEP_S * i, unreported(pods) if rate is None else pods)
+    forecaster = fleet.state.memory(predictive.ANALYZER).models[MODEL].forecaster
+    assert list(forecaster.values) == pytest.approx(expected)
+
+
+def test_a_scrape_gap_does_not_read_as_a_drop_and_a_ramp() -> None:
+    """A steady 10 req/s with one cycle whose pods reported no rate: read as 0 it was a drop and the next cycle a
+    rise, whose slope the trend extrapolated over the lead; unknown, the forecast stays at the steady level."""
+    fleet = one_variant_fleet()
+    play(fleet, [10.0] * 20)
+    fleet.cycle(T0 + STEP_S * 20, unreported(busy_pods("a100", 1, 10.0)))
+    play(fleet, [10.0] * 2, start=21)
+    assert fleet.last is not None
+    forecast = fleet.last.analyses[MODEL].analysis["demand"]["forecast"]
+    assert forecast["trend_rps"] < 11.0
+    assert forecast["slope_rps_per_s"] == pytest.approx(0.0, abs=1e-6)
 
 
 # ---- overload ----------------------------------------------------------------------------------------------------

@@ -98,6 +98,19 @@ def test_startup_delay_is_respected_and_pending_pods_report_nothing(startup_s: f
     assert rates["a-00001"] > 0.3
 
 
+def test_a_pod_reports_no_arrival_rate_until_it_has_two_samples() -> None:
+    """As Prometheus' rate() over a window with one sample: no series, not 0 (a new pod, the run's first
+    instant); an idle pod with two samples reports 0."""
+    fleet = fleet_of(variant(startup=StartupTime(5.0, 5.0)), workload=poisson(4.0, 1000.0))
+    first = fleet.snapshot(0.0)
+    assert [p.arrival_rate_rps for p in first.pods] == [None]
+    later = fleet.snapshot(60.0)
+    assert [p.arrival_rate_rps for p in later.pods] == [pytest.approx(4.0, rel=0.5)]
+    idle = fleet_of(variant(startup=StartupTime(5.0, 5.0)), workload=poisson(0.0, 1000.0))
+    idle.snapshot(0.0)
+    assert [p.arrival_rate_rps for p in idle.snapshot(60.0).pods] == [0.0]
+
+
 def test_startup_time_is_lognormal_with_the_given_median_and_p90() -> None:
     startup = StartupTime(median_s=120.0, p90_s=300.0)
     rng = np.random.default_rng(0)

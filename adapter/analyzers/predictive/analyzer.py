@@ -433,7 +433,8 @@ def _demand(
     """Steps 3–5: arrivals, their forecast over the lead, and the backlog to drain (req/s)."""
     arrival = observed.model.total_arrival_rps
     backlog = _backlog(model)
-    forecaster = forecaster.observe(now_s, arrival)
+    if _arrivals_reported(model):
+        forecaster = forecaster.observe(now_s, arrival)
     forecast = forecaster.peak(now_s, lead_s or cfg.startup_time_s)
     backlog_rps = backlog / cfg.backlog_drain_time_s
     demand = max(arrival, forecast.peak_rps) + backlog_rps
@@ -580,6 +581,20 @@ def _size(input_tokens: float, output_tokens: float, state: ModelState) -> Reque
     if state.output_tokens >= 1:
         return RequestSize(state.input_tokens, state.output_tokens)
     return None
+
+
+def _arrivals_reported(model: ModelInput) -> bool:
+    """Whether any pod of the model reported an arrival rate this cycle (0 included: an idle pod reports 0).
+
+    When none did — the first cycle after pods start, a Prometheus that has fewer than two samples in the rate
+    window, a scrape gap — the model's arrivals are unknown, not zero, and the forecaster keeps its history as it
+    was. Read as zero, such a cycle is a drop to 0 and the next one a jump back, which the trend takes for a ramp:
+    on a steady 120 req/s model started from a right-sized fleet, one zero at the first cycle made the forecast
+    read 240 req/s two cycles later and ordered 15 replicas it did not need (docs/predictive.md, section 2)."""
+    return any(
+        p.arrival_rate_rps is not None and math.isfinite(p.arrival_rate_rps) and p.arrival_rate_rps >= 0
+        for p in model.all_pods()
+    )
 
 
 def _backlog(model: ModelInput) -> float:
