@@ -30,8 +30,9 @@ highest Pearson correlation between the series, less its least-squares line (so 
 for a period), and itself shifted by P, over at least `min_overlap` steps, accepted at ≥ `min_correlation` when
 the series varies at all (coefficient of variation ≥ 0.1), the lag is a local maximum standing `MIN_DIP` above
 the lowest correlation at a shorter lag, and the history holds two periods (1.5 when the correlation is
-≥ `STRONG_CORRELATION`: a burst seen twice); then back-tested on the last period (the value one period earlier
-must predict it better than the value 10 steps earlier, Crane's check in miniature). With a period, the
+≥ `STRONG_CORRELATION`: a burst seen twice); then back-tested on the last period (its spread within
+`AMPLITUDE_RATIO` of the spread one period earlier, and the value one period earlier must predict it better than
+the value 10 steps earlier, Crane's check in miniature: `_repeats`). With a period, the
 seasonal forecast k steps ahead is the mean of the values one, two and three periods before that step (as many
 as the history holds), widened by ±1 step for phase jitter; the forecast is the larger of trend and season.
 When the season foresaw the present — the current rate at most `SEASON_TOLERANCE` above the seasonal forecast
@@ -78,6 +79,8 @@ PERSISTENCE_STEPS = 10
 SEASON_TOLERANCE = 0.1
 """How far above the seasonal forecast for now the present may be and still count as foreseen (`_explained`)."""
 BACKTEST_MARGIN = 0.8
+AMPLITUDE_RATIO = 3.0
+"""A repeat's spread over the back-tested window is within this factor of the spread one period before (`_repeats`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,13 +422,26 @@ def detect_period(values: np.ndarray, config: ForecastConfig) -> int | None:
 
 
 def _repeats(raw: np.ndarray, period: int) -> bool:
-    """Back-test on the last period: the value one period before predicts it better than the value
-    `min(period − 1, PERSISTENCE_STEPS)` steps before does (mean absolute error, by `BACKTEST_MARGIN`). A step
-    up, detrended, looks like two teeth of a saw; predicted by its own past period it is wrong by the step."""
+    """Back-test on the last period, or as much of it as has a value one period before (1.5 periods of history
+    leave half a period): the values there must repeat those one period before in amplitude — their spreads
+    within `AMPLITUDE_RATIO` of each other — and predict them better than the value
+    `min(period − 1, PERSISTENCE_STEPS)` steps before does (mean absolute error, by `BACKTEST_MARGIN`).
+
+    Why both: a step up, detrended, looks like two teeth of a saw, and predicted by its own past period it is
+    wrong by the step; and Pearson's correlation is blind to scale, so over a short overlap one burst (std 9 req/s)
+    can correlate at 0.9 with base-load noise (std 0.5) one "period" later — no repeat at all, and the seasonal
+    forecast would copy the burst into a quiet future. Example: one 30 req/s burst at steps 10–13 of a 31-step
+    4 req/s series "repeats" at lag 19 (r ≥ 0.9): the spreads are 8.3 and 0.5 ⇒ rejected."""
     n = raw.size
-    window = np.arange(n - period, n)
+    window = np.arange(max(n - period, period), n)
+    if window.size < 2:
+        return False
+    before = raw[window - period]
+    spreads = float(np.std(raw[window])), float(np.std(before))
+    if min(spreads) <= 0 or max(spreads) > AMPLITUDE_RATIO * min(spreads):
+        return False
     lag = min(period - 1, PERSISTENCE_STEPS)
-    seasonal = float(np.mean(np.abs(raw[window] - raw[window - period])))
+    seasonal = float(np.mean(np.abs(raw[window] - before)))
     persistence = float(np.mean(np.abs(raw[window] - raw[window - lag])))
     return seasonal < BACKTEST_MARGIN * persistence
 
