@@ -306,6 +306,32 @@ def test_short_attainment_raises_the_headroom_and_the_replicas() -> None:
     assert fleet.desired()["a100"] > calm
 
 
+@pytest.mark.parametrize(
+    "at_zero_cycles", [pytest.param(0, id="no-gap-raises"), pytest.param(10, id="after-zero-holds")]
+)
+def test_misses_of_a_window_the_controller_did_not_see_do_not_raise_the_headroom(at_zero_cycles: int) -> None:
+    """Scale from zero: while the model had no pod, its analyzer did not run; when the first replica is ready, the
+    latency window holds the cold start's misses (requests that waited for a pod), not the headroom's. The
+    controller counts the return as capacity grown and waits a window; without the gap the same misses raise H."""
+    fleet = one_variant_fleet()
+    fleet.replicas["a100"] = 2
+    play(fleet, [10.0] * 12)
+    fleet.replicas["a100"] = 0
+    for i in range(at_zero_cycles):
+        fleet.cycle(T0 + STEP_S * (12 + i), [])
+    fleet.replicas["a100"] = 2
+    fleet.latency = short_latency()  # 90 % attained against a 99 % target
+    play(fleet, [10.0] * 3, start=12 + at_zero_cycles)
+    assert fleet.last is not None
+    headroom = fleet.last.analyses[MODEL].analysis["headroom"]
+    assert headroom["measured_attainment"] == pytest.approx(0.9)
+    if at_zero_cycles:
+        assert headroom["value"] == pytest.approx(1.0)
+        assert "capacity grew" in headroom["hold"]
+    else:
+        assert headroom["value"] > 1.2
+
+
 # ---- properties --------------------------------------------------------------------------------------------------
 
 

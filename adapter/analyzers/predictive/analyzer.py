@@ -78,6 +78,8 @@ SPARE_MARGIN = 0.10
 STARTUP_SAMPLES = 20
 """Startup durations remembered per variant (their p90 is the variant's lead)."""
 ENGINE_STEP_S = 30.0
+UNSEEN_STEPS = 2.0
+"""More than this many engine steps since the model's last analysis: the cycles between were unseen (`_unseen`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +328,7 @@ def _measure(
     slo = resolve_slo(cfg, [p for p, _ in params.values() if p is not None], observed.model)
     ready = {v.key.name: (v.target.ready_replicas if v.target else 0) for v in views}
     ready_before = state.ready
+    unseen = _unseen(state.saved_s, now_s, state.forecaster.config.step_s)
     state = replace(
         state,
         forecaster=demand.forecaster,
@@ -355,7 +358,7 @@ def _measure(
         at_max=all(
             (v.target.replicas if v.target else 0) >= v.spec.max_replicas for v in views if at_slo[v.key.name] > 0
         ),
-        capacity_change=_change(ready, ready_before),
+        capacity_change=_change(ready, ready_before, unseen=unseen),
         load=_load(demand.arrival, ready, at_slo, state.controller.headroom),
         backlog=demand.backlog,
         now_s=now_s,
@@ -514,9 +517,21 @@ def _at_slo(params: ServiceParams | None, slo: Slo, size: RequestSize, max_batch
     return per_replica_rps(params, size, max_batch, targets)
 
 
-def _change(ready: Mapping[str, int], before: Mapping[str, int]) -> int:
+def _unseen(saved_s: float, now_s: float, step_s: float) -> bool:
+    """Whether the model went unanalysed for more than two engine steps before this cycle: it had no pod (at zero,
+    waking up), or its metrics were missing. The controller did not see the fleet that served the latency window's
+    requests, so the window's misses are not evidence about the headroom (`_change`)."""
+    return saved_s > 0 and now_s - saved_s > UNSEEN_STEPS * step_s
+
+
+def _change(ready: Mapping[str, int], before: Mapping[str, int], *, unseen: bool = False) -> int:
     """+1 when the ready replicas grew since the last cycle (any variant more, none fewer), −1 when they shrank,
-    0 when unchanged; a mix counts by the total."""
+    0 when unchanged; a mix counts by the total. After cycles the analyzer did not see (`unseen`) with replicas
+    ready now, +1: capacity came back (from zero replicas, typically) and the controller waits a window before it
+    reads the window's attainment as its own — the cold start's misses (requests that waited for a pod) once
+    raised H ×1.49 at every wake, and a small fleet seldom loaded to 70 % never brought it back down."""
+    if unseen and sum(ready.values()) > 0:
+        return 1
     if not before:
         return 0
     delta = sum(ready.values()) - sum(before.get(name, 0) for name in ready)

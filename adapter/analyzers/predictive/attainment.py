@@ -26,6 +26,7 @@ NaN is not 0 %), and otherwise holds only the move that the state of the fleet c
   miss, a burst no forecast saw coming — and more headroom would not have been in place for it, only oversize
   every later cycle; the forecast and the backlog term answer it);
 * ready capacity grew less than a window ago: no move up (the window still holds the shortfall before it);
+  the analyzer reports a model back from cycles it did not see (at zero, metrics missing) as grown;
 * ready capacity shrank less than half a window ago: no move down (the window still holds the surplus before it);
 * every variant at its maximum: no move up (more headroom would buy nothing);
 * the last three moves up gained less than two points of attainment: no move up (the misses are not for want of
