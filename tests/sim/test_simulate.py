@@ -275,3 +275,23 @@ def test_cli_without_matplotlib_says_which_extra_to_install_before_simulating(
     assert "pip install 'wva-adapter[sim]'" in capsys.readouterr().err
     assert ran == [], "refused before minutes of simulation"
     assert list(tmp_path.iterdir()) == []
+
+
+IDLE_WAKE = REPO / "examples" / "scenarios" / "idle-wake.yaml"
+
+
+def test_the_default_policy_scales_to_zero_when_idle_and_wakes_without_keeping_the_cold_start_in_its_headroom() -> None:
+    """examples/scenarios/idle-wake.yaml played forward: idle from minute 10, the model is at zero replicas 5
+    minutes later (the retention); 6 req/s from minute 30 wakes it within a cycle (the EPP's queue, pushed to
+    KEDA); once the cold start is behind it, one A100 (~10 req/s at the SLO) carries the 6 req/s. The cold start's
+    misses — every request of the first minutes waited for a pod — once raised the headroom ×1.49 and kept two
+    replicas to the end of the phase."""
+    sim = run_scenario(scenario_module.load(IDLE_WAKE), policy="wva-predictive", seed=0)
+    fleet = [(t - sim.start_s, sum(desired.values())) for t, desired in sim.cycles]
+    assert any(n == 0 for t, n in fleet if 900 <= t < 1800), fleet
+    assert all(n == 0 for t, n in fleet if 1000 <= t < 1800), fleet
+    woken_s = next(t for t, n in fleet if t >= 1800 and n > 0)
+    assert woken_s <= 1800 + 30
+    late_in_the_phase = [n for t, n in fleet if 2600 <= t < 2700]
+    assert late_in_the_phase
+    assert all(n == 1 for n in late_in_the_phase), fleet
