@@ -108,6 +108,16 @@ its highest; at lag 19 the detrended series correlates ≥ 0.9 (the burst's onse
 only in Pearson's eyes — the spreads are 8.3 and 0.5 req/s."""
 
 
+def one_burst(seed: int, base: float, height: float, width: int, n: int, where: float) -> np.ndarray:
+    """`n` steps of Poisson-like base-load noise (a rate over 30-s windows) with one burst of `height` × the base,
+    `width` steps long, starting at `where` of the way through."""
+    rng = np.random.default_rng(seed)
+    x = rng.poisson(base * 30, n).astype(float) / 30
+    start = int(where * (n - width))
+    x[start : start + width] = base * height
+    return x
+
+
 @pytest.mark.parametrize(
     ("series", "expected"),
     [
@@ -121,6 +131,7 @@ only in Pearson's eyes — the spreads are 8.3 and 0.5 req/s."""
         pytest.param(np.full(200, 7.0), None, id="flat"),
         pytest.param(burst_series(40), None, id="one-burst-is-not-a-period"),
         pytest.param(ONE_BURST_THEN_NOISE, None, id="one-burst-correlating-with-noise-at-1.6-periods"),
+        pytest.param(one_burst(2047, 17.0, 6.0, 4, 51, 0.375), None, id="one-burst-tilting-the-detrending-line"),
     ],
 )
 def test_period_detection(series: np.ndarray, expected: int | None) -> None:
@@ -226,3 +237,35 @@ def test_damping_fades_a_trend() -> None:
     assert DAMPING < 1.0
     far = trend_upper(10.0, 1.0, 0.0, 120, CFG.z)
     assert far == pytest.approx(10.0 + DAMPING / (1 - DAMPING), rel=0.01)  # Σ φ^k → φ/(1−φ) = 19
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.floats(1.0, 20.0),
+    st.floats(3.0, 10.0),
+    st.integers(2, 6),
+    st.integers(30, 60),
+    st.floats(0.0, 1.0),
+)
+def test_one_burst_in_noise_is_never_a_period(
+    seed: int, base: float, height: float, width: int, n: int, where: float
+) -> None:
+    """A single burst (3–10× the base, 2–6 steps) anywhere in 15–30 minutes of Poisson-like base-load noise:
+    nothing repeats, so no period — neither where the noise after it happens to correlate with the burst over a
+    short overlap (the back-test's amplitude check), nor where the burst tilts the line removed before the search
+    (the line is fitted to the clipped series). Shorter histories are left out: over 20 steps, noise alone can
+    pass a scan of every lag (the detector needs ≥ 2 × `min_overlap` + 1 steps at all)."""
+    assert detect_period(one_burst(seed, base, height, width, n, where), CFG) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(-6, 6), st.integers(30, 200))
+def test_period_detection_does_not_depend_on_the_unit(seed: int, power: int, n: int) -> None:
+    """req/s or req/min: the same series in another unit (× a power of two, exact in floating point) has the same
+    period or none."""
+    rng = np.random.default_rng(seed)
+    period = int(rng.integers(5, 40))
+    x = 10 + 8 * (np.arange(n) % period < period // 4) + rng.normal(0, 1, n)
+    x = np.maximum(x, 0.0)
+    assert detect_period(x * 2.0**power, CFG) == detect_period(x, CFG)

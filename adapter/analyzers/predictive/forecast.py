@@ -80,6 +80,8 @@ SEASON_TOLERANCE = 0.1
 """How far above the seasonal forecast for now the present may be and still count as foreseen (`_explained`)."""
 BACKTEST_MARGIN = 0.8
 AMPLITUDE_RATIO = 3.0
+CLIP_SIGMAS = 3.0
+"""The line removed before the period search is fitted to the series clipped at median ± this many robust σ."""
 """A repeat's spread over the back-tested window is within this factor of the spread one period before (`_repeats`)."""
 
 
@@ -380,7 +382,7 @@ def detect_period(values: np.ndarray, config: ForecastConfig) -> int | None:
         return None
     n = raw.size
     t = np.arange(n, dtype=np.float64)
-    slope, intercept = np.polyfit(t, raw, 1)
+    slope, intercept = np.polyfit(t, _clipped(raw), 1)
     x = raw - (slope * t + intercept)  # detrended: a ramp correlates with itself at every lag, its residue does not
     if float(np.std(x)) < 0.05 * level:
         return None
@@ -419,6 +421,18 @@ def detect_period(values: np.ndarray, config: ForecastConfig) -> int | None:
     if best is None or not _repeats(raw, best[1]):
         return None
     return best[1]
+
+
+def _clipped(raw: np.ndarray) -> np.ndarray:
+    """The series clipped to its median ± `CLIP_SIGMAS` robust σ (1.4826 × the median absolute deviation), for
+    fitting the line `detect_period` removes: a ramp's spread is its own and is kept, a burst is not allowed to
+    tilt the line. Fitted to the raw series, one 4-step burst in 51 steps of flat noise tilted it enough that the
+    two ends' residuals were two parallel slopes, correlating at 0.91 over 17 steps — a period made of noise.
+    Example: 17 ± 0.8 req/s with 102 at four steps ⇒ median 17.0, σ 0.79 ⇒ the burst is fitted as 19.3."""
+    median = float(np.median(raw))
+    sigma = 1.4826 * float(np.median(np.abs(raw - median)))
+    clipped: np.ndarray = np.clip(raw, median - CLIP_SIGMAS * sigma, median + CLIP_SIGMAS * sigma)
+    return clipped
 
 
 def _repeats(raw: np.ndarray, period: int) -> bool:
