@@ -408,7 +408,10 @@ async def test_every_query_parses_and_escaping_matches_exactly(tmp_path: Path) -
             while True:
                 got = await collector.collect(wanted, variants)
                 seen = {p.pod: p.kv_cache_usage for p in got.pods}
-                if len(seen) == 3 or time.monotonic() > deadline:
+                # a pod shows up with its first scrape in any query's answer; each query reads Prometheus at its
+                # own instant, so one whose answer came before that scrape still lacks it: wait for every value
+                complete = len(seen) == 3 and all(v is not None for v in seen.values())
+                if complete or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.3)
     finally:
