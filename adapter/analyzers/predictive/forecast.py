@@ -80,9 +80,9 @@ SEASON_TOLERANCE = 0.1
 """How far above the seasonal forecast for now the present may be and still count as foreseen (`_explained`)."""
 BACKTEST_MARGIN = 0.8
 AMPLITUDE_RATIO = 3.0
+"""A repeat's spread over the back-tested window is within this factor of the spread one period before (`_repeats`)."""
 CLIP_SIGMAS = 3.0
 """The line removed before the period search is fitted to the series clipped at median ± this many robust σ."""
-"""A repeat's spread over the back-tested window is within this factor of the spread one period before (`_repeats`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,7 +442,7 @@ def _repeats(raw: np.ndarray, period: int) -> bool:
     `min(period − 1, PERSISTENCE_STEPS)` steps before does (mean absolute error, by `BACKTEST_MARGIN`).
 
     Why both: a step up, detrended, looks like two teeth of a saw, and predicted by its own past period it is
-    wrong by the step; and Pearson's correlation is blind to scale, so over a short overlap one burst (std 9 req/s)
+    wrong by the step; and Pearson's correlation is blind to scale, so over a short overlap one burst (std 8 req/s)
     can correlate at 0.9 with base-load noise (std 0.5) one "period" later — no repeat at all, and the seasonal
     forecast would copy the burst into a quiet future. Example: one 30 req/s burst at steps 10–13 of a 31-step
     4 req/s series "repeats" at lag 19 (r ≥ 0.9): the spreads are 8.3 and 0.5 ⇒ rejected."""
