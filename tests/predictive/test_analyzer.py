@@ -155,7 +155,9 @@ def test_a_scrape_gap_does_not_read_as_a_drop_and_a_ramp() -> None:
     rise, whose slope the trend extrapolated over the lead; unknown, the forecast stays at the steady level."""
     fleet = one_variant_fleet()
     play(fleet, [10.0] * 20)
+    assert predictive.UNREPORTED_NOTE not in fleet.decision("a100").notes
     fleet.cycle(T0 + STEP_S * 20, unreported(busy_pods("a100", 1, 10.0)))
+    assert predictive.UNREPORTED_NOTE in fleet.decision("a100").notes  # said in the decision and `explain`
     play(fleet, [10.0] * 2, start=21)
     assert fleet.last is not None
     forecast = fleet.last.analyses[MODEL].analysis["demand"]["forecast"]

@@ -80,6 +80,8 @@ STARTUP_SAMPLES = 20
 ENGINE_STEP_S = 30.0
 UNSEEN_STEPS = 2.0
 """More than this many engine steps since the model's last analysis: the cycles between were unseen (`_unseen`)."""
+UNREPORTED_NOTE = "no pod reported an arrival rate this cycle: arrivals unknown, not 0; the forecast keeps its history"
+"""The analysis note of a cycle whose arrivals are unknown (`_arrivals_reported`), shown by `explain`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +326,8 @@ def _measure(
     startup = _startup_samples(views, state)
     leads = {v.key.name: _lead_s(startup.get(v.key.name, ()), cfg) for v in views}
     demand = _demand(model, observed, state.forecaster, cfg, lead_s=max(leads.values(), default=0.0), now_s=now_s)
+    if not demand.reported:
+        notes.append(UNREPORTED_NOTE)
     params = {v.key.name: _params(v, learned, cfg) for v in views}
     slo = resolve_slo(cfg, [p for p, _ in params.values() if p is not None], observed.model)
     ready = {v.key.name: (v.target.ready_replicas if v.target else 0) for v in views}
@@ -422,6 +426,8 @@ class _Demand:
     demand_rps: float
     forecaster: Forecaster
     figures: Mapping[str, Any]
+    reported: bool = True
+    """Whether any pod reported an arrival rate (`_arrivals_reported`); if not, the forecaster did not observe."""
 
 
 def _demand(
@@ -436,7 +442,8 @@ def _demand(
     """Steps 3–5: arrivals, their forecast over the lead, and the backlog to drain (req/s)."""
     arrival = observed.model.total_arrival_rps
     backlog = _backlog(model)
-    if _arrivals_reported(model):
+    reported = _arrivals_reported(model)
+    if reported:
         forecaster = forecaster.observe(now_s, arrival)
     forecast = forecaster.peak(now_s, lead_s or cfg.startup_time_s)
     backlog_rps = backlog / cfg.backlog_drain_time_s
@@ -449,7 +456,7 @@ def _demand(
         "lead_s": round(lead_s or cfg.startup_time_s, 3),
         "demand_rps": round(demand, 6),
     }
-    return _Demand(arrival, backlog, demand, forecaster, figures)
+    return _Demand(arrival, backlog, demand, forecaster, figures, reported)
 
 
 def _load(arrival: float, ready: Mapping[str, int], at_slo: Mapping[str, float], headroom: float) -> float:
