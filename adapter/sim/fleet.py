@@ -674,7 +674,7 @@ class SimulatedFleet:
         recent = [s for s in samples if s.t_s > now - win.gauge_window_s] or [current]
         rate_base = _base_sample(pod.ring, now - win.rate_window_s)
         token_base = _base_sample(pod.ring, now - win.token_window_s)
-        elapsed_s = max(now - rate_base.t_s, 1e-9)
+        elapsed_s = now - rate_base.t_s
         d_ttft = current.ttft_count - rate_base.ttft_count
         d_itl = current.itl_count - rate_base.itl_count
         d_done = current.successes - token_base.successes
@@ -694,7 +694,7 @@ class SimulatedFleet:
                 (current.generation_tokens - token_base.generation_tokens) / d_done if d_done > 0 else None
             ),
             # Prometheus' rate() needs two samples in its window: none before now means no rate, not 0
-            arrival_rate_rps=(current.arrivals - rate_base.arrivals) / elapsed_s if now > rate_base.t_s else None,
+            arrival_rate_rps=(current.arrivals - rate_base.arrivals) / elapsed_s if elapsed_s > 0 else None,
             avg_ttft_s=(current.ttft_sum_s - rate_base.ttft_sum_s) / d_ttft if d_ttft > 0 else None,
             avg_itl_s=(current.itl_sum_s - rate_base.itl_sum_s) / d_itl if d_itl > 0 else None,
             max_batch_size=v.perf.max_num_seqs,
