@@ -2,11 +2,13 @@
 
     per model:   configuration ─► the analyzer it selects (adapter/analyzers/registry.py) ─► capacity signal,
                  or "no signal" with a reason
-    all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools
+    all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools, without
+                 the variants asked to leave zero replicas that nothing woke (adapter/engine/unwoken.py)
     per model:   enforcer (scale-to-zero / minimum one) ─► retention protection ─► bounds ─► decision + status
                  (no signal: the seed-002 fallback hierarchy instead)
     then:        each analyzer's memory for the next cycle (its `Memory.next` over the models it analysed), the
-                 `status.learned` sections the analyses return, the recommender's histories
+                 `status.learned` sections the analyses return, the recommender's histories, the variants at zero
+                 asked for replicas
 
 When every model's allocation is its own (cost-aware, GPUs unlimited), the three per-model steps run block by
 block of models (`BLOCK_VAS`), so that each block is still in the CPU's caches from its first step to its last;
@@ -31,7 +33,7 @@ from adapter.domain.capacity import GpuPools
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import MODEL_ORDER, ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DesiredAlloc, Recommendation, Snapshot, VariantStatus, VariantView
-from adapter.engine import recommend
+from adapter.engine import recommend, unwoken
 from adapter.engine.analyze import ModelPlan, measure_model
 from adapter.engine.enforce import ModelOutcome, failsafe, finish, outcome_of
 from adapter.engine.state import EngineState
@@ -84,9 +86,12 @@ def decide(
         recommended_learned.update(recommended.learned)
         floored = {m: recommend.with_floor(p, recommended.histories) for m, p in block_plans.items()}
 
-        # 2. allocate: the block's signals (every model's at once when GPU pools or the exact program couple them)
-        signals = [s for s in floored.values() if s is not None]
-        allocations = allocate(signals, mode=mode, gpus=gpus)
+        # 2. allocate: the block's signals (every model's at once when GPU pools or the exact program couple them),
+        #    without the variants that nothing wakes from zero
+        shut = {m: unwoken.blocked(state.unwoken, views, now_s) for m, views in block} if state.unwoken else {}
+        allocations = allocate(
+            [unwoken.restrict(s, shut.get(m, {})) for m, s in floored.items() if s is not None], mode=mode, gpus=gpus
+        )
 
         # 3. enforce and finish, per model
         for model, views in block:
@@ -95,19 +100,21 @@ def decide(
                 if plan is None:
                     raise _Failed(measure_errors[model])
                 outcome = outcome_of(plan, allocations.get(model), snapshot.models.get(model), now_s=now_s)
+                asleep = shut.get(model, {})
+                wake_notes = tuple(unwoken.note(v, asleep[v.key.name], now_s) for v in views if v.key.name in asleep)
                 finished = [
                     finish(
                         view,
                         outcome.held[view.key.name],
                         outcome=outcome,
-                        config_warnings=plan.config_warnings,
+                        config_warnings=plan.config_warnings + wake_notes,
                         state=state,
                         now_s=now_s,
                         recommendation=recommendations.get(view.key),
                     )
                     for view in views
                 ]
-                warnings.extend(plan.config_warnings)
+                warnings.extend(plan.config_warnings + wake_notes)
             except Exception as exc:
                 error = measure_errors.get(model) or finish_errors.setdefault(model, _describe(exc))
                 outcome, finished = _failed(views, state, error, now_s, recommendations)
@@ -142,7 +149,8 @@ def decide(
         new_allocations,
     )
     kept = {k: h for k, h in histories.items() if k in decisions}
-    return result, EngineState(new_allocations, _memories(plans, state, set(decisions), now_s), kept)
+    asked = unwoken.advance(state.unwoken, snapshot.variants, decisions, now_s)
+    return result, EngineState(new_allocations, _memories(plans, state, set(decisions), now_s), kept, asked)
 
 
 BLOCK_VAS = 64

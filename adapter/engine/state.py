@@ -3,6 +3,7 @@
     allocations   this process's last allocation per VA (its presence makes a "fallback allocation")
     analyzers     one slot per analyzer, typed by the analyzer (`Analyzer.memory`), opaque to the engine
     recommender   the recommender's demand history per variant
+    unwoken       variants asked to leave zero replicas that nothing woke (adapter/engine/unwoken.py)
 
 All of it is empty after a restart or fail-over, except what the analyzers and the recommender persist in VA
 status (`status.learned`) and read back.
@@ -21,6 +22,7 @@ from adapter.analyzers.protocol import Analyzer
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import VARIANT_ORDER, VariantKey
 from adapter.domain.snapshot import DecisionPath, DesiredAlloc
+from adapter.engine import unwoken
 from adapter.recommender.recommender import VariantHistory
 
 __all__ = ["EngineState", "StateFormatError", "state_from_json", "state_to_json"]
@@ -38,6 +40,8 @@ class EngineState:
     """Each analyzer's memory (its own type), absent while empty; read it with `memory(analyzer)`."""
     recommender: Mapping[VariantKey, VariantHistory] = field(default_factory=dict)
     """The recommender's demand history per variant (checkpointed in VA status `learned.recommender`)."""
+    unwoken: Mapping[VariantKey, unwoken.Unwoken] = field(default_factory=dict)
+    """Variants asked to leave zero replicas, since when, and whether they count as not woken."""
 
     def memory(self, analyzer: Analyzer[Any, M]) -> M:
         """The analyzer's memory (empty when it has none yet)."""
@@ -49,7 +53,8 @@ class EngineState:
 #
 # {"allocations": {"ns/va": {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator", "path"}},
 #  "<each analyzer's Memory.section>": Memory.to_json(...),    (not_reporting, tokens, queueing)
-#  "recommender": {"ns/va": VariantHistory.checkpoint() + {"checkpointed_s"}}}
+#  "recommender": {"ns/va": VariantHistory.checkpoint() + {"checkpointed_s"}},
+#  "unwoken": {"ns/va": {"asked_since_s", "blocked_until_s"}}}          (only when a variant is in it)
 # Floats are written with Python's shortest round-trip repr, so a state read back is equal to the one written.
 
 _ALLOCATION_FIELDS = {"num_replicas", "reason", "last_run_time_s", "last_update_s", "accelerator", "path"}
@@ -75,13 +80,15 @@ def state_to_json(state: EngineState) -> dict[str, Any]:
         str(k): {**h.checkpoint(), "checkpointed_s": h.checkpointed_s}
         for k, h in sorted(state.recommender.items(), key=_by_variant)
     }
+    if state.unwoken:
+        doc["unwoken"] = unwoken.to_json(state.unwoken)
     return doc
 
 
 def state_from_json(doc: Any, path: str = "$") -> EngineState:
     """Parse `state_to_json`'s form; any deviation raises StateFormatError naming the JSON path."""
     sections = {a.memory.section: a for a in registry.ANALYZERS}
-    top = state_json.obj(doc, path, {"allocations", "recommender", *sections})
+    top = state_json.obj(doc, path, {"allocations", "recommender", "unwoken", *sections})
     allocations = {}
     for key, raw in state_json.obj(top.get("allocations", {}), f"{path}.allocations").items():
         where = f"{path}.allocations[{key!r}]"
@@ -114,7 +121,7 @@ def state_from_json(doc: Any, path: str = "$") -> EngineState:
         recommender[state_json.variant_key(key, f"{path}.recommender")] = replace(
             restored, checkpointed_s=None if checkpointed is None else state_json.number(entry, "checkpointed_s", where)
         )
-    return EngineState(allocations, memories, recommender)
+    return EngineState(allocations, memories, recommender, unwoken.from_json(top.get("unwoken", {}), f"{path}.unwoken"))
 
 
 def _path(entry: dict[str, Any], where: str) -> DecisionPath:

@@ -17,6 +17,7 @@ from adapter.analyzers.tokens import CapacityRecord, K2History, TokenMemory
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.engine.state import EngineState, StateFormatError, state_from_json, state_to_json
+from adapter.engine.unwoken import Unwoken
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
 keys = st.builds(VariantKey, names, names)
@@ -48,6 +49,7 @@ def _state(
     not_reporting: dict[VariantKey, NotReportingSince],
     token_memory: TokenMemory,
     filter_states: dict[VariantKey, ekf.FilterState],
+    unwoken: dict[VariantKey, Unwoken],
 ) -> EngineState:
     """An engine state with a slot per analyzer that remembers something (empty slots are not kept)."""
     memories = {
@@ -55,7 +57,8 @@ def _state(
         tokens.ANALYZER.name: token_memory,
         queueing.ANALYZER.name: filter_states,
     }
-    return EngineState(allocations, {name: m for name, m in memories.items() if m not in ({}, TokenMemory())})
+    kept = {name: m for name, m in memories.items() if m not in ({}, TokenMemory())}
+    return EngineState(allocations, kept, unwoken=unwoken)
 
 
 states = st.builds(
@@ -72,6 +75,7 @@ states = st.builds(
         ),
     ),
     st.dictionaries(keys, filters, max_size=3),
+    st.dictionaries(keys, st.builds(Unwoken, times, st.none() | times), max_size=3),
 )
 
 
@@ -119,6 +123,15 @@ BASE: dict[str, Any] = {
             {"queueing": {"llm/a": {"alpha_ms": -1}}},
             "$.queueing['llm/a']",
             id="bad-filter-state",
+        ),
+        pytest.param({"unwoken": {"llm/a": {}}}, "$.unwoken['llm/a'].asked_since_s", id="unwoken-without-since"),
+        pytest.param(
+            {"unwoken": {"llm/a": {"asked_since_s": 1.0, "blocked_until_s": "later"}}},
+            "$.unwoken['llm/a'].blocked_until_s",
+            id="unwoken-until-not-a-number",
+        ),
+        pytest.param(
+            {"unwoken": {"llm/a": {"asked_since_s": 1.0, "retries": 2}}}, "$.unwoken['llm/a']", id="unwoken-extra"
         ),
         pytest.param(
             {"tokens": {"k2_history": {"m|A100|short": {"samples_tokens": [1, -2], "updated_s": 0}}}},

@@ -295,3 +295,17 @@ def test_the_default_policy_scales_to_zero_when_idle_and_wakes_without_keeping_t
     late_in_the_phase = [n for t, n in fleet if 2600 <= t < 2700]
     assert late_in_the_phase
     assert all(n == 1 for n in late_in_the_phase), fleet
+
+
+ZERO_BEHIND_HPA = REPO / "examples" / "scenarios" / "zero-behind-hpa.yaml"
+
+
+def test_a_variant_at_zero_behind_a_plain_hpa_hands_its_share_to_the_variant_that_scales() -> None:
+    """examples/scenarios/zero-behind-hpa.yaml played forward: the ramp's cheaper capacity per request is the A100
+    variant at zero, which a plain HPA never starts. The engine asked for it for the whole ramp, and the L40S
+    stayed at one replica while the queue grew (63 % attainment, seed 0); now, 3 minutes after its first ask, the
+    A100 is left out of the allocation and the L40S carries the ramp."""
+    sim = run_scenario(scenario_module.load(ZERO_BEHIND_HPA), policy="wva-predictive", seed=0)
+    assert sim.summary["replicas_max"]["llama-8b-a100"] == 0  # the HPA never woke it
+    assert sim.summary["replicas_max"]["llama-8b-l40s"] >= 4
+    assert sim.summary["slo_attainment"] >= 0.9
