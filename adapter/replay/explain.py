@@ -247,9 +247,15 @@ def _predictive_lines(analysis: Mapping[str, Any]) -> list[str]:
     headroom = analysis.get("headroom")
     if isinstance(headroom, Mapping):
         measured = headroom.get("measured_attainment")
+        bracket = headroom.get("bucket_bracket")
+        between = (
+            f", between {100 * bracket[0]:.2f} and {100 * bracket[1]:.2f} % by the bucket edges"
+            if isinstance(bracket, list) and len(bracket) == 2
+            else ""
+        )
         lines.append(
             f"    Headroom: {_fmt(headroom.get('value'))} (attainment measured "
-            f"{'–' if measured is None else f'{100 * measured:.2f} %'} over "
+            f"{'–' if measured is None else f'{100 * measured:.2f} %'}{between} over "
             f"{_fmt(headroom.get('completions_in_window'))} requests, target {_fmt(headroom.get('target'))}"
             + (f"; held: {headroom.get('hold')}" if headroom.get("hold") else "")
             + ")"

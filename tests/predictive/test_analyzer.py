@@ -240,6 +240,42 @@ def test_a_prefill_chunk_over_the_itl_target_is_advice_in_the_analysis_and_the_c
     assert "advice:" in ready.message
 
 
+INF = float("inf")
+TTFT_EDGES = LatencyHistogram(((1.0, 100.0), (2.5, 100.0), (INF, 100.0)))  # every first token within 1 s
+ALL_30_TO_40_MS = LatencyHistogram(((0.025, 0.0), (0.05, 100.0), (INF, 100.0)))  # every request in (25, 50] ms
+HALF_BELOW_25_MS = LatencyHistogram(((0.025, 99.5), (0.05, 100.0), (INF, 100.0)))
+
+
+@pytest.mark.parametrize(
+    ("itl_ms", "tpot", "bracket", "advice"),
+    [
+        pytest.param(50.0, ALL_30_TO_40_MS, None, "", id="targets-on-edges-exact"),
+        pytest.param(
+            45.0, ALL_30_TO_40_MS, [0.0, 1.0], "TPOT 45 ms is between the edges 25 and 50 ms", id="straddles-advice"
+        ),
+        pytest.param(45.0, HALF_BELOW_25_MS, [0.995, 1.0], "", id="off-edge-but-over-target-either-way"),
+    ],
+)
+def test_a_target_between_bucket_edges_reads_a_bracket_and_advice_when_it_straddles_the_target(
+    itl_ms: float, tpot: LatencyHistogram, bracket: list[float] | None, advice: str
+) -> None:
+    """The 45-ms case of the probe that found it: every request at 30–40 ms met the SLO, the interpolated
+    measure read 80 % (a fifth of the (25, 50] bucket counted above 45 ms) and the headroom rose."""
+    slo = predictive.Slo(1000.0, itl_ms, "explicit")
+    latency = ModelLatency(window_s=300.0, ttft=TTFT_EDGES, tpot=tpot)
+    got_bracket, got_advice = predictive._bucket_bracket(ModelTraffic(MODEL, latency=latency), slo, 0.99)
+    assert got_bracket == bracket
+    assert (advice in got_advice) if advice else got_advice == ""
+    if advice:
+        assert "--custom-histogram-buckets" in got_advice
+
+
+def test_no_latency_evidence_no_bracket() -> None:
+    slo = predictive.Slo(2000.0, 45.0, "explicit")
+    assert predictive._bucket_bracket(ModelTraffic(MODEL), slo, 0.99) == (None, "")
+    assert predictive._bucket_bracket(None, slo, 0.99) == (None, "")
+
+
 # ---- no decision -------------------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from adapter.replay import explain as explain_module
 from tests.core.test_cli import wva
 from tests.predictive import make_fixtures
 
@@ -42,3 +43,18 @@ def test_explain_tells_when_the_season_foresaw_a_rise() -> None:
     assert "Demand: 30 req/s = max(arrivals 30, forecast peak 30 over the lead 300 s)" in onset
     assert "the season foresaw the present rise" in onset
     assert "llama-8b-a100: 1 → 3" in onset
+
+
+@pytest.mark.parametrize(
+    ("bracket", "expected"),
+    [
+        pytest.param(
+            [0.871, 1.0], "Headroom: 1.6 (attainment measured 97.50 %, between 87.10 and 100.00 % by", id="bracket"
+        ),
+        pytest.param(None, "Headroom: 1.6 (attainment measured 97.50 % over 900 requests", id="exact"),
+    ],
+)
+def test_explain_tells_the_bucket_bracket_of_the_attainment(bracket: list[float] | None, expected: str) -> None:
+    headroom = {"value": 1.6, "measured_attainment": 0.975, "completions_in_window": 900.0, "target": 0.99}
+    lines = explain_module._predictive_lines({"headroom": {**headroom, "bucket_bracket": bracket}})
+    assert any(expected in line for line in lines), lines

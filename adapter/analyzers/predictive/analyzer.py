@@ -37,10 +37,12 @@ capacity its profile (or remembered filter) gives it, so the allocation step can
 cheaper way to meet the SLO.
 
 Advice (prefill-heavy traffic): when one prefill chunk (`--max-num-batched-tokens` × β + α) alone exceeds the ITL
-target, the analysis, the decision's notes and the OptimizationReady condition say so.
+target, the analysis, the decision's notes and the OptimizationReady condition say so. Advice (measurement): when a
+target lies between two bucket edges and the attainment the edges allow is on both sides of
+`sloAttainmentTarget`, the analysis and the notes give that bracket and ask for an edge at the target.
 
 `analysis` (replay, explain): `slo`, `demand{arrival_rps, backlog, backlog_rps, forecast{…}, lead_s, demand_rps}`,
-`headroom{value, measured_attainment, target, hold}`, per variant `alpha, beta, gamma, params_source,
+`headroom{value, measured_attainment, target, hold, bucket_bracket}`, per variant `alpha, beta, gamma, params_source,
 max_rps_per_replica` (λ* at the tightened targets), `capacity_rps` (÷ H), `startup_p90_s`, `advice`, and the
 model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_capacity`.
 """
@@ -68,6 +70,7 @@ from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply, supply_of
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.latency import joint_attainment_lower_bound
 from adapter.domain.snapshot import ModelTraffic, VariantView
 
 LEARNED_SECTION = "predictive"
@@ -353,6 +356,7 @@ def _measure(
         for v in views
     }
     measured, completions = _attainment(model.traffic, slo)
+    bracket, bucket_tip = _bucket_bracket(model.traffic, slo, cfg.slo_attainment_target)
     controller = state.controller.update(
         target=cfg.slo_attainment_target,
         measured=measured,
@@ -378,6 +382,8 @@ def _measure(
         leads=leads,
         notes=notes,
     )
+    if bucket_tip:
+        advice.append(bucket_tip)
     figures: dict[str, Any] = {
         "slo": slo.to_json(),
         "demand": demand.figures,
@@ -387,6 +393,7 @@ def _measure(
             "completions_in_window": round(completions, 1),
             "target": cfg.slo_attainment_target,
             "hold": controller.hold,
+            "bucket_bracket": bracket,
         },
         "variants": per_variant,
         "advice": advice,
@@ -667,6 +674,49 @@ def _attainment(traffic: ModelTraffic | None, slo: Slo) -> tuple[float | None, f
         ttft_target_s=slo.target_ttft_ms / 1000.0, tpot_target_s=slo.target_itl_ms / 1000.0
     )
     return measured, latency.ttft.total_rps * latency.window_s
+
+
+def _bucket_bracket(traffic: ModelTraffic | None, slo: Slo, target: float) -> tuple[list[float] | None, str]:
+    """Where the window's attainment can lie given the bucket edges, and advice when that is on both sides of
+    `target`; (None, "") when both targets are bucket edges (the reading is exact) or there is no evidence.
+
+    Inside a bucket the measure assumes its requests spread evenly (adapter/domain/latency.py), so a target
+    between two edges reads an estimate: the truth is anywhere between the lower bounds at the edges below and
+    above it. Example: a 45-ms TPOT target between the 25- and 50-ms edges, every request at 30–40 ms: the
+    buckets say 87 % to 100 %, the estimate 97.5 % (a fifth of the bucket counted above 45 ms), so the controller
+    raised the headroom of a fleet that met its SLO. The bracket tells the reader how far to trust it."""
+    latency = traffic.latency if traffic is not None else None
+    if latency is None or latency.ttft is None or latency.tpot is None:
+        return None, ""
+    targets = (("TTFT", latency.ttft, slo.target_ttft_ms / 1000.0), ("TPOT", latency.tpot, slo.target_itl_ms / 1000.0))
+    off_edge = [(name, hist, t) for name, hist, t in targets if not hist.is_edge(t)]
+    brackets = [hist.bracket(t) for _, hist, t in targets]
+    if not off_edge or brackets[0] is None or brackets[1] is None:
+        return None, ""
+    low = joint_attainment_lower_bound(brackets[0][0], brackets[1][0])
+    high = joint_attainment_lower_bound(brackets[0][1], brackets[1][1])
+    if low is None or high is None:
+        return None, ""
+    bracket = [round(low, 6), round(high, 6)]
+    if not low < target <= high:
+        return bracket, ""
+    where = "; ".join(
+        f"{name} {t * 1000:g} ms is between the edges {_edge_ms(hist.edges_s, t, below=True)} and "
+        f"{_edge_ms(hist.edges_s, t, below=False)} ms"
+        for name, hist, t in off_edge
+    )
+    return bracket, (
+        f"the latency buckets put attainment between {low:.1%} and {high:.1%}, either side of the "
+        f"{target:.1%} target ({where}): add an edge at each target (vLLM --custom-histogram-buckets) to measure it"
+    )
+
+
+def _edge_ms(edges_s: Sequence[float], target_s: float, *, below: bool) -> str:
+    """The bucket edge just below (or above) a target, in ms ("0" below the first, "+Inf" above the last)."""
+    if below:
+        return f"{max((e for e in edges_s if e < target_s), default=0.0) * 1000:g}"
+    above = [e for e in edges_s if e > target_s]
+    return f"{above[0] * 1000:g}" if above else "+Inf"
 
 
 def _window_s(traffic: ModelTraffic | None) -> float:
