@@ -100,8 +100,12 @@ def decide(
                 if plan is None:
                     raise _Failed(measure_errors[model])
                 outcome = outcome_of(plan, allocations.get(model), snapshot.models.get(model), now_s=now_s)
-                asleep = shut.get(model, {})
-                wake_notes = tuple(unwoken.note(v, asleep[v.key.name], now_s) for v in views if v.key.name in asleep)
+                asleep = shut.get(model)
+                wake_notes = (
+                    tuple(unwoken.note(v, asleep[v.key.name], now_s) for v in views if v.key.name in asleep)
+                    if asleep
+                    else ()
+                )
                 finished = [
                     finish(
                         view,
