@@ -121,6 +121,50 @@ def test_without_the_period_the_same_moment_is_not_scaled() -> None:
     assert fleet.last.analyses[MODEL].analysis["demand"]["forecast"]["period_s"] is None
 
 
+# ---- the lead ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("samples", "lead_s"),
+    [
+        pytest.param((), 300.0, id="none-the-default"),
+        pytest.param((120.0, 200.0), 300.0, id="two-short-the-default"),
+        pytest.param((720.0,), 720.0, id="one-longer-than-the-default-wins"),
+        pytest.param((100.0, 110.0, 120.0, 130.0, 900.0), 900.0, id="p90-of-five-is-the-largest"),
+        pytest.param((*(float(x) for x in range(100, 200, 10)), 600.0), 190.0, id="p90-of-eleven"),
+        pytest.param((100.0, 110.0, 120.0), 120.0, id="three-short-their-p90-under-the-default"),
+    ],
+)
+def test_the_lead_is_the_p90_startup_or_before_three_samples_the_longest_of_them_and_the_default(
+    samples: tuple[float, ...], lead_s: float
+) -> None:
+    cfg, _ = predictive_config({"A100": A100}).configmaps.queueing(MODEL)
+    assert predictive._lead_s(samples, cfg) == lead_s
+
+
+class SlowStartFleet(PredictiveFleet):
+    """The A100 target reports one pod that took 12 minutes from creation to Ready."""
+
+    def snapshot(self, now_s: float, pods, *, metrics: bool = True) -> Snapshot:  # type: ignore[no-untyped-def, override]
+        snap = super().snapshot(now_s, pods, metrics=metrics)
+        views = tuple(
+            replace(v, target=replace(v.target, startup_s=(720.0,))) if v.target is not None else v
+            for v in snap.variants
+        )
+        return replace(snap, variants=views)
+
+
+def test_a_startup_longer_than_the_default_is_the_lead_before_a_p90_exists() -> None:
+    fleet = SlowStartFleet(
+        specs=[spec("a100", accelerator="A100", cost=2.5, max_replicas=20)],
+        config=predictive_config({"A100": A100}),
+        replicas={"a100": 1},
+    )
+    play(fleet, [4.0, 4.0])
+    assert fleet.last is not None
+    assert fleet.last.analyses[MODEL].analysis["demand"]["lead_s"] == 720.0
+
+
 # ---- arrivals unknown are not zero ------------------------------------------------------------------------------
 
 
