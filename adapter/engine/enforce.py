@@ -27,6 +27,8 @@ from adapter.optimizer.allocate import ModelAllocation
 
 METRICS_FOUND_MESSAGE = "Saturation metrics data is available for scaling decisions"
 METRICS_MISSING_MESSAGE = "No saturation metrics available - pods may not be ready or metrics not yet scraped"
+NOT_WOKEN_REASON = "NotWokenFromZero"
+"""OptimizationReady's reason while a variant of the model is left out because nothing wakes it from zero."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +113,11 @@ def finish(
     state: EngineState,
     now_s: float,
     recommendation: Recommendation | None = None,
+    not_woken: tuple[str, ...] = (),
 ) -> tuple[VariantDecision, DesiredAlloc]:
-    """Bounds, conditions and the persisted allocation of one VA (with the recommender's view of it, if any)."""
+    """Bounds, conditions and the persisted allocation of one VA (with the recommender's view of it, if any).
+    `not_woken`: why variants of the model are left out of the allocation (adapter/engine/unwoken.py); the
+    OptimizationReady condition says so (`NotWokenFromZero`) unless the configuration is invalid."""
     vb = bounds(view)
     desired = fallback.clamp(held.desired_replicas, vb)
     current = view.target.replicas if view.target else 0
@@ -141,6 +146,8 @@ def finish(
             "InvalidConfiguration",
             message + "; config: " + "; ".join(config_warnings),
         )
+    elif not_woken and held.path is DecisionPath.OPTIMIZER:
+        opt = Condition(ConditionType.OPTIMIZATION_READY, True, NOT_WOKEN_REASON, message + "; " + "; ".join(not_woken))
     elif held.path is DecisionPath.OPTIMIZER and view.key.name in outcome.limited:
         opt = Condition(ConditionType.OPTIMIZATION_READY, True, "LimitedByGpus", message)
     elif held.path is DecisionPath.OPTIMIZER:
@@ -160,7 +167,7 @@ def finish(
         cost=view.spec.cost,
         metrics_available=outcome.metrics_reason == "MetricsFound",
         conditions=tuple(conditions),
-        notes=outcome.notes + tuple(config_warnings),
+        notes=outcome.notes + tuple(config_warnings) + not_woken,
         recommendation=recommendation,
     )
     previous, _ = previous_alloc(view, state)

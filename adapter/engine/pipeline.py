@@ -111,10 +111,11 @@ def decide(
                         view,
                         outcome.held[view.key.name],
                         outcome=outcome,
-                        config_warnings=plan.config_warnings + wake_notes,
+                        config_warnings=plan.config_warnings,
                         state=state,
                         now_s=now_s,
                         recommendation=recommendations.get(view.key),
+                        not_woken=wake_notes,
                     )
                     for view in views
                 ]

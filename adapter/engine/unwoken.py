@@ -13,6 +13,7 @@ Per variant, each cycle (`advance`):
     target at 0 (spec and status) and this cycle asks ≥ 1 replica   → asked since the first such cycle
     asked for `WAKE_TIMEOUT_S` and still at 0                         → not woken: blocked until now + `RETRY_S`
     blocked                                                           → offered 0..0 to the allocation, with a note
+                                                                        (and OptimizationReady `NotWokenFromZero`)
     the block runs out                                                → offered again (a fixed actuator wakes it)
     target above 0                                                    → forgotten
 

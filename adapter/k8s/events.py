@@ -17,6 +17,7 @@ changes nothing, so a steady fleet writes no Events at all. What is reported:
 | OptimizationReady turns True again | Normal | `FallbackEnded` | the condition's message |
 | OptimizationReady becomes LimitedByGpus (scale-up limited by GPUs) | Warning | `LimitedByGpus` | the message |
 | OptimizationReady becomes InvalidSpec | Warning | `InvalidSpec` | the message |
+| OptimizationReady becomes NotWokenFromZero (adapter/engine/unwoken.py) | Warning | `NotWokenFromZero` | the message |
 
 `EventRecorder` writes them as Kubernetes controllers do (client-go `tools/events`), so a flapping decision
 cannot flood the API:
@@ -166,8 +167,8 @@ def transition_events(before: Published | None, after: Published) -> list[Planne
         events.append(PlannedEvent("Warning", "FallbackDecision", f"{after.ready_reason}: {after.ready_message}"))
     elif after.ready is True and old_ready[0] is False and old_ready[1] != "InvalidSpec":
         events.append(PlannedEvent("Normal", "FallbackEnded", after.ready_message))
-    if after.ready is True and after.ready_reason == "LimitedByGpus":
-        events.append(PlannedEvent("Warning", "LimitedByGpus", after.ready_message))
+    if after.ready is True and after.ready_reason in ("LimitedByGpus", "NotWokenFromZero"):
+        events.append(PlannedEvent("Warning", after.ready_reason, after.ready_message))
     return events
 
 

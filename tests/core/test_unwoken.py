@@ -116,6 +116,7 @@ def test_a_variant_nothing_wakes_hands_its_share_to_the_others_then_is_offered_a
     assert all(a == {"a100": 2, "h100": 0} for a in blocked)  # 20 req/s at ~10 per A100 replica
     assert fleet.desired()["a100"] == 2
     ready = condition(fleet.decision("a100"), "OptimizationReady")
+    assert (ready.status, ready.reason) == (True, "NotWokenFromZero")
     for texts in (fleet.decision("h100").notes, (ready.message,)):
         assert any("h100: asked for replicas since" in t and "nothing scales it from zero" in t for t in texts)
     assert fleet.state.unwoken[VariantKey("llm", "h100")].blocked_until_s == T0 + STEP_S * timeout + RETRY_S
@@ -137,3 +138,4 @@ def test_a_variant_woken_within_the_timeout_is_never_left_out() -> None:
     assert fleet.state.unwoken == {}
     assert all(a["h100"] >= 1 for a in allocations)
     assert all("nothing scales it from zero" not in n for n in fleet.decision("h100").notes)
+    assert condition(fleet.decision("a100"), "OptimizationReady").reason != "NotWokenFromZero"

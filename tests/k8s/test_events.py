@@ -85,6 +85,18 @@ def _p(replicas: int | None, ready: bool | None = True, ready_reason: str = "Sat
         ),
         pytest.param(_p(3, True, "LimitedByGpus"), _p(3, True, "LimitedByGpus"), [], id="still-limited"),
         pytest.param(
+            _p(2, True, "OptimizationSucceeded"),
+            _p(2, True, "NotWokenFromZero"),
+            [("Warning", "NotWokenFromZero", "message NotWokenFromZero")],
+            id="a-variant-not-woken",
+        ),
+        pytest.param(
+            _p(2, True, "NotWokenFromZero"),
+            _p(3, True, "NotWokenFromZero"),
+            [("Normal", "DesiredReplicasIncreased", "desired replicas 2 → 3: reason for 3")],
+            id="still-not-woken",
+        ),
+        pytest.param(
             None,
             Published(None, "", False, "InvalidSpec", "minReplicas > maxReplicas"),
             [("Warning", "InvalidSpec", "minReplicas > maxReplicas")],
