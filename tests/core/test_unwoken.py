@@ -8,14 +8,16 @@ from dataclasses import replace
 
 import pytest
 
+from adapter.config.configmaps import QUEUEING_CM
+from adapter.config.engine import EngineConfig
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply
 from adapter.domain.decision import AnalyzerName, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import DecisionPath, VariantView
 from adapter.engine import unwoken
 from adapter.engine.unwoken import RETRY_S, WAKE_TIMEOUT_S, Unwoken
-from tests.core.builders import T0, condition, spec, target
-from tests.predictive.test_analyzer import A100, H100, MODEL, STEP_S, PredictiveFleet, busy_pods, predictive_config
+from tests.core.builders import CONTROLLER_NS, T0, condition, configset, spec, target
+from tests.predictive.test_analyzer import A100, H100, MODEL, STEP_S, PredictiveFleet, busy_pods
 
 KEY = VariantKey("llm", "h100")
 
@@ -82,15 +84,24 @@ def test_restrict_bounds_only_the_named_variants_and_their_proposal() -> None:
 # ---- through the engine --------------------------------------------------------------------------------------------
 
 
-def hpa_fleet() -> PredictiveFleet:
+def hpa_fleet(allocation: str = "") -> PredictiveFleet:
     """An A100 serving 20 req/s alone and an H100 at zero, the cheaper capacity per request by their profiles, so
-    the analyzer's choice is to start it; nothing here wakes it (a plain HPA), while the A100's follows."""
+    the analyzer's choice is to start it; nothing here wakes it (a plain HPA), while the A100's follows.
+    `allocation`: extra lines of the saturation ConfigMap (the exact program, the GPU limiter)."""
+    queueing = "targetTTFT: 2000\ntargetITL: 100\nstartupTime: 5m\nacceleratorProfiles:\n"
+    queueing += f"  A100: {{{A100}}}\n  H100: {{{H100}}}\n"
+    config = EngineConfig(
+        configmaps=configset(
+            saturation=f"analyzerName: predictive\n{allocation}",
+            extra=[(CONTROLLER_NS, QUEUEING_CM, {"default": queueing})],
+        )
+    )
     return PredictiveFleet(
         specs=[
             spec("a100", accelerator="A100", cost=2.5, min_replicas=1, max_replicas=12),
             spec("h100", accelerator="H100", cost=4.0, min_replicas=0, max_replicas=4),
         ],
-        config=predictive_config({"A100": A100, "H100": H100}),
+        config=config,
         replicas={"a100": 1, "h100": 0},
     )
 
@@ -106,15 +117,25 @@ def run(fleet: PredictiveFleet, cycles: range, rate_rps: float = 20.0) -> list[d
     return out
 
 
-def test_a_variant_nothing_wakes_hands_its_share_to_the_others_then_is_offered_again() -> None:
-    fleet = hpa_fleet()
+@pytest.mark.parametrize(
+    ("allocation", "rate_rps", "asked", "left_out"),
+    [
+        pytest.param("", 20.0, {"a100": 1, "h100": 1}, {"a100": 2, "h100": 0}, id="cost-aware"),
+        # the exact program prices the whole fleet: at 20 req/s two A100s are cheaper than A100 + H100
+        pytest.param("optimizer: exact\n", 40.0, {"a100": 2, "h100": 1}, {"a100": 4, "h100": 0}, id="exact"),
+    ],
+)
+def test_a_variant_nothing_wakes_hands_its_share_to_the_others_then_is_offered_again(
+    allocation: str, rate_rps: float, asked: dict[str, int], left_out: dict[str, int]
+) -> None:
+    fleet = hpa_fleet(allocation)
     timeout = int(WAKE_TIMEOUT_S / STEP_S)  # asked from cycle 0: not woken at the end of this cycle
-    waiting = run(fleet, range(timeout + 1))
-    assert all(a == {"a100": 1, "h100": 1} for a in waiting)  # the analyzer's choice, while a wake may come
+    waiting = run(fleet, range(timeout + 1), rate_rps)
+    assert all(a == asked for a in waiting)  # the analyzer's choice, while a wake may come
 
-    blocked = run(fleet, range(timeout + 1, timeout + 3))
-    assert all(a == {"a100": 2, "h100": 0} for a in blocked)  # 20 req/s at ~10 per A100 replica
-    assert fleet.desired()["a100"] == 2
+    blocked = run(fleet, range(timeout + 1, timeout + 3), rate_rps)
+    assert all(a == left_out for a in blocked)  # the H100's share on the A100 (~10 req/s a replica)
+    assert fleet.desired()["a100"] == left_out["a100"]
     ready = condition(fleet.decision("a100"), "OptimizationReady")
     assert (ready.status, ready.reason) == (True, "NotWokenFromZero")
     for texts in (fleet.decision("h100").notes, (ready.message,)):
@@ -122,11 +143,11 @@ def test_a_variant_nothing_wakes_hands_its_share_to_the_others_then_is_offered_a
     assert fleet.state.unwoken[VariantKey("llm", "h100")].blocked_until_s == T0 + STEP_S * timeout + RETRY_S
 
     retry = int((WAKE_TIMEOUT_S + RETRY_S) / STEP_S)  # the first cycle at which the block has run out
-    assert all(a["h100"] == 0 for a in run(fleet, range(timeout + 3, retry)))
-    # offered again once more capacity is needed (20 req/s more: one H100 is cheaper than two A100s)
-    assert run(fleet, range(retry, retry + 1), rate_rps=40.0)[0]["h100"] >= 1
+    assert all(a["h100"] == 0 for a in run(fleet, range(timeout + 3, retry), rate_rps))
+    # offered again once more capacity is needed (the load doubles: H100s are the cheaper way again)
+    assert run(fleet, range(retry, retry + 1), 2 * rate_rps)[0]["h100"] >= 1
     fleet.replicas["h100"] = fleet.ready["h100"] = 1
-    run(fleet, range(retry + 1, retry + 2))
+    run(fleet, range(retry + 1, retry + 2), 2 * rate_rps)
     assert fleet.state.unwoken == {}
 
 
