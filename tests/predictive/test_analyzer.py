@@ -127,19 +127,45 @@ def test_without_the_period_the_same_moment_is_not_scaled() -> None:
 @pytest.mark.parametrize(
     ("samples", "lead_s"),
     [
-        pytest.param((), 300.0, id="none-the-default"),
-        pytest.param((120.0, 200.0), 300.0, id="two-short-the-default"),
-        pytest.param((720.0,), 720.0, id="one-longer-than-the-default-wins"),
+        pytest.param((), 300.0, id="none-the-prior"),
+        pytest.param((120.0, 200.0), 300.0, id="two-short-the-prior"),
+        pytest.param((720.0,), 720.0, id="one-longer-than-the-prior-wins"),
         pytest.param((100.0, 110.0, 120.0, 130.0, 900.0), 900.0, id="p90-of-five-is-the-largest"),
         pytest.param((*(float(x) for x in range(100, 200, 10)), 600.0), 190.0, id="p90-of-eleven"),
-        pytest.param((100.0, 110.0, 120.0), 120.0, id="three-short-their-p90-under-the-default"),
+        pytest.param((100.0, 110.0, 120.0), 120.0, id="three-short-their-p90-under-the-prior"),
     ],
 )
-def test_the_lead_is_the_p90_startup_or_before_three_samples_the_longest_of_them_and_the_default(
+def test_the_lead_is_the_p90_startup_or_before_three_samples_the_longest_of_them_and_the_prior(
     samples: tuple[float, ...], lead_s: float
 ) -> None:
+    assert predictive._lead_s(samples, 300.0) == lead_s
+
+
+TEN_FAST = tuple(float(x) for x in range(20, 40, 2))  # 10 samples, p90 (the 9th smallest) 36 s
+NINE_FAST = TEN_FAST[:9]
+
+
+@pytest.mark.parametrize(
+    ("samples", "leads"),
+    [
+        pytest.param({"a100": TEN_FAST, "l40s": ()}, {"a100": 36.0, "l40s": 36.0}, id="sibling-with-ten-lends-its-p90"),
+        pytest.param({"a100": NINE_FAST, "l40s": ()}, {"a100": 36.0, "l40s": 300.0}, id="nine-are-not-enough"),
+        pytest.param(
+            {"a100": TEN_FAST, "l40s": (90.0,)}, {"a100": 36.0, "l40s": 90.0}, id="own-longer-sample-over-the-sibling"
+        ),
+        pytest.param(
+            {"a100": TEN_FAST, "h100": (*TEN_FAST[1:], 50.0), "l40s": ()},
+            {"a100": 36.0, "h100": 38.0, "l40s": 38.0},
+            id="the-longest-sibling-p90",
+        ),
+        pytest.param({"a100": (), "l40s": ()}, {"a100": 300.0, "l40s": 300.0}, id="no-samples-startup-time"),
+    ],
+)
+def test_a_variant_without_samples_borrows_a_reliable_siblings_lead(
+    samples: dict[str, tuple[float, ...]], leads: dict[str, float]
+) -> None:
     cfg, _ = predictive_config({"A100": A100}).configmaps.queueing(MODEL)
-    assert predictive._lead_s(samples, cfg) == lead_s
+    assert predictive._leads(samples, cfg) == leads
 
 
 class SlowStartFleet(PredictiveFleet):
