@@ -244,3 +244,15 @@ class ModelLatency:
         """Lower bound of the fraction meeting both targets (`joint_attainment_lower_bound`); None unless both
         histograms have evidence."""
         return joint_attainment_lower_bound(self.ttft_within(ttft_target_s), self.tpot_within(tpot_target_s))
+
+    def attainment_bracket(self, *, ttft_target_s: float, tpot_target_s: float) -> tuple[float, float] | None:
+        """The range `attainment_lower_bound` can take wherever a bucket's requests lie inside it: the lower bound
+        from the fractions at the edges at or below each target, and from those at or above (equal when both
+        targets are edges). None unless both histograms have evidence. Example: TTFT within 1.0 s exact at 1.0,
+        TPOT target 45 ms between the 25- and 50-ms edges with 0 % and 100 % there ⇒ (0.0, 1.0)."""
+        if self.ttft is None or self.tpot is None:
+            return None
+        ttft, tpot = self.ttft.bracket(ttft_target_s), self.tpot.bracket(tpot_target_s)
+        if ttft is None or tpot is None:
+            return None
+        return max(0.0, ttft[0] + tpot[0] - 1.0), max(0.0, ttft[1] + tpot[1] - 1.0)

@@ -63,6 +63,33 @@ def test_no_evidence_is_none_not_zero() -> None:
     assert latency.ttft_within(2.0) == pytest.approx(0.8)
     assert latency.tpot_within(0.1) is None
     assert latency.attainment_lower_bound(ttft_target_s=2.0, tpot_target_s=0.1) is None
+    assert latency.attainment_bracket(ttft_target_s=2.0, tpot_target_s=0.1) is None
+
+
+ALL_WITHIN_HALF = LatencyHistogram.from_pairs([(0.5, 10.0), (1.0, 10.0), (INF, 10.0)])
+EIGHTY_WITHIN_HALF = LatencyHistogram.from_pairs([(0.5, 8.0), (1.0, 10.0), (INF, 10.0)])
+
+
+@pytest.mark.parametrize(
+    ("ttft_s", "tpot", "tpot_s", "want"),
+    [
+        pytest.param(1.0, ALL_WITHIN_HALF, 0.5, (0.6, 0.6), id="both-edges-exact"),
+        pytest.param(2.0, ALL_WITHIN_HALF, 0.5, (0.6, 0.9), id="ttft-between-1-and-2.5"),
+        pytest.param(2.0, EIGHTY_WITHIN_HALF, 0.75, (0.4, 0.9), id="both-between"),
+    ],
+)
+def test_attainment_bracket_is_the_lower_bound_at_the_edges_around_each_target(
+    ttft_s: float, tpot: LatencyHistogram, tpot_s: float, want: tuple[float, float]
+) -> None:
+    """EXAMPLE as TTFT (1.0 s → 0.6, 2.5 s → 0.9): the range is the Fréchet lower bound at the edges below and
+    above each target (TPOT 0.75 s in the second case: 0.8 at 0.5 s, 1.0 at 1 s ⇒ 0.6 + 0.8 − 1 to 0.9 + 1 − 1),
+    and the interpolated estimate lies inside it."""
+    latency = ModelLatency(window_s=300.0, ttft=EXAMPLE, tpot=tpot)
+    low, high = latency.attainment_bracket(ttft_target_s=ttft_s, tpot_target_s=tpot_s) or (-1.0, -1.0)
+    assert (low, high) == pytest.approx(want)
+    estimate = latency.attainment_lower_bound(ttft_target_s=ttft_s, tpot_target_s=tpot_s)
+    assert estimate is not None
+    assert low - 1e-12 <= estimate <= high + 1e-12
 
 
 def test_from_pairs_repairs_as_prometheus() -> None:

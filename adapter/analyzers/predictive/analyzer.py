@@ -70,7 +70,6 @@ from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply, supply_of
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.latency import joint_attainment_lower_bound
 from adapter.domain.snapshot import ModelTraffic, VariantView
 
 LEARNED_SECTION = "predictive"
@@ -712,15 +711,13 @@ def _bucket_bracket(traffic: ModelTraffic | None, slo: Slo, target: float) -> tu
     latency = traffic.latency if traffic is not None else None
     if latency is None or latency.ttft is None or latency.tpot is None:
         return None, ""
-    targets = (("TTFT", latency.ttft, slo.target_ttft_ms / 1000.0), ("TPOT", latency.tpot, slo.target_itl_ms / 1000.0))
+    ttft_s, tpot_s = slo.target_ttft_ms / 1000.0, slo.target_itl_ms / 1000.0
+    targets = (("TTFT", latency.ttft, ttft_s), ("TPOT", latency.tpot, tpot_s))
     off_edge = [(name, hist, t) for name, hist, t in targets if not hist.is_edge(t)]
-    brackets = [hist.bracket(t) for _, hist, t in targets]
-    if not off_edge or brackets[0] is None or brackets[1] is None:
+    edges = latency.attainment_bracket(ttft_target_s=ttft_s, tpot_target_s=tpot_s)
+    if not off_edge or edges is None:
         return None, ""
-    low = joint_attainment_lower_bound(brackets[0][0], brackets[1][0])
-    high = joint_attainment_lower_bound(brackets[0][1], brackets[1][1])
-    if low is None or high is None:
-        return None, ""
+    low, high = edges
     bracket = [round(low, 6), round(high, 6)]
     if not low < target <= high:
         return bracket, ""
