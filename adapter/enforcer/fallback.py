@@ -1,7 +1,9 @@
 """The fallback hierarchy of seed 002: what to decide when the optimizer has no solution for a model.
 
-One deliberate difference (docs/deviations.md #12): on a first run with the scale target *found* at 0 replicas
+Two deliberate differences (docs/deviations.md #12): on a first run with the scale target *found* at 0 replicas
 and scale-to-zero enabled, the last resort keeps 0 instead of the "safe default of 1"; scale-from-zero wakes it.
+And when no variant of the model runs or is asked to, only its cheapest variant takes the safe default of 1
+(`_safe_default_variant`); the others start at 0, the load handled by that one.
 
     1. optimizer solution  — `protect_zero` guards an optimizer/enforcer 0 with the retention period
     2. fallback allocation — this process decided the VA before: keep that intent until the retention
@@ -32,6 +34,7 @@ from adapter.enforcer.scale_to_zero import VariantBounds, cheapest
 OPTIMIZER_REASON = "Optimizer solution: cost and latency optimized allocation"
 FIRST_RUN_REASON = "First run: preserving current replicas for Prometheus discovery grace period"
 FALLBACK_PRESERVE_REASON = "Fallback: preserving previous allocation (no optimizer solution)"
+OTHERS_RUNNING_REASON = "Last resort: first run, other variants handling load, starting at 0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +126,16 @@ def _last_resort(v: FallbackVariant, group: Sequence[FallbackVariant], cfg: Scal
     if v.current_replicas == 0 and v.bounds.min_replicas == 0:
         # "Running" includes a variant already asked to run (e.g. just woken by scale-from-zero).
         if any(o.name != v.name and (o.current_replicas > 0 or _intent(o) > 0) for o in group):
-            return Held(0, "Last resort: first run, other variants handling load, starting at 0", path)
-        if v.target_resolved and cfg.enabled:
+            return Held(0, OTHERS_RUNNING_REASON, path)
+        if _deliberately_at_zero(v, cfg):
             # Ours: the target exists and is deliberately at zero, and scale-to-zero is on; waking it
             # is scale-from-zero's job, on a queued request.
             reason = "Last resort: first run, scale target is at 0 replicas and scale-to-zero is enabled"
             return Held(0, reason, path)
+        first = _safe_default_variant(group, cfg)
+        if first is not None and first.name != v.name:
+            # Ours: the model's one safe replica goes to its cheapest variant, which then handles the load.
+            return Held(0, OTHERS_RUNNING_REASON, path)
         reason = "Last resort: first run with current=0, using safe default of 1 (waiting for deployment discovery)"
         return Held(clamp(1, v.bounds), reason, path)
     desired = clamp(v.current_replicas, v.bounds)
@@ -137,6 +144,34 @@ def _last_resort(v: FallbackVariant, group: Sequence[FallbackVariant], cfg: Scal
 
 def _intent(v: FallbackVariant) -> int:
     return v.previous.num_replicas if v.previous is not None else 0
+
+
+def _deliberately_at_zero(v: FallbackVariant, cfg: ScaleToZeroConfig) -> bool:
+    return v.target_resolved and cfg.enabled
+
+
+def _safe_default_variant(group: Sequence[FallbackVariant], cfg: ScaleToZeroConfig) -> FallbackVariant | None:
+    """The one variant of a model that takes the first run's safe default of 1 when none runs or is asked to.
+
+    Seed 002 gives every such variant 1 "unless other variants are handling load"; decided one VA at a time,
+    every variant of a model found at zero starts (a model of four variants: four cold starts, for a load one
+    replica of the cheapest meets until the analyzer has metrics). Decided per model, the cheapest candidate
+    (a found target first: a replica of a Deployment not yet discovered may serve nothing) takes the 1 and the
+    others count it as handling the load, as scenario B does after the retention period. Candidates: first run
+    (no previous allocation), found at 0, minReplicas 0, not deliberately at zero (`_deliberately_at_zero`)."""
+    candidates = [
+        o
+        for o in group
+        if o.previous is None
+        and o.current_replicas == 0
+        and o.bounds.min_replicas == 0
+        and not _deliberately_at_zero(o, cfg)
+    ]
+    if not candidates:
+        return None
+    found = [o for o in candidates if o.target_resolved] or candidates
+    chosen = cheapest([o.bounds for o in found])
+    return next(o for o in found if o.bounds is chosen)
 
 
 def _scenario(

@@ -246,12 +246,45 @@ def test_last_resort_first_run_starts_at_zero_when_other_variants_are_handling_l
     ],
 )
 def test_last_resort_first_run_with_current_zero_and_nothing_else_running_uses_a_safe_default_of_one(enabled, resolved):
+    # "idle" was decided before (its intent 0, remembered in VA status): it neither runs nor takes the safe default.
     variants = [
         fvariant("new", min_replicas=0, current=0, resolved=resolved),
-        fvariant("idle", min_replicas=0, current=0),
+        fvariant("idle", cost=1.0, min_replicas=0, current=0, previous=alloc(0, updated=ago(60))),
     ]
     held = decide_without_solution(variants, now_s=NOW, cfg=s2z(enabled, RETENTION))
     assert (held["new"].desired_replicas, held["new"].reason) == (1, LAST_RESORT_SAFE_DEFAULT)
+    assert held["idle"].desired_replicas == 0
+
+
+# One safe replica per model (deviation 12): (name, cost, resolved) of variants all found at 0 with
+# minReplicas 0 on their first run, scale-to-zero off; which one takes the safe default of 1.
+@pytest.mark.parametrize(
+    ("variants", "enabled", "starts"),
+    [
+        pytest.param([("a100", 2.5, True), ("l40s", 1.5, True)], False, "l40s", id="the-cheapest-of-two"),
+        pytest.param(
+            [("a", 3.0, True), ("b", 1.0, True), ("c", 2.0, True), ("d", 4.0, True)], False, "b", id="of-four"
+        ),
+        pytest.param([("a", 1.0, True), ("b", 1.0, True)], False, "a", id="a-tie-goes-to-the-first-name"),
+        pytest.param(
+            [("cheap", 1.0, False), ("dear", 2.0, True)], False, "dear", id="a-found-target-before-an-undiscovered"
+        ),
+        pytest.param(
+            [("cheap", 1.0, False), ("dear", 2.0, False)], False, "cheap", id="none-found-the-cheapest-anyway"
+        ),
+        pytest.param(
+            [("cheap", 1.0, True), ("dear", 2.0, False)], True, "dear", id="s2z-on-the-found-one-stays-at-zero"
+        ),
+    ],
+)
+def test_last_resort_first_run_starts_one_variant_of_a_model_found_all_at_zero(variants, enabled, starts):
+    group = [fvariant(name, cost=cost, min_replicas=0, current=0, resolved=found) for name, cost, found in variants]
+    held = decide_without_solution(group, now_s=NOW, cfg=s2z(enabled, RETENTION))
+    assert {name: h.desired_replicas for name, h in held.items()} == {
+        name: int(name == starts) for name, _, _ in variants
+    }
+    assert held[starts].reason == LAST_RESORT_SAFE_DEFAULT
+    assert all(h.path is DecisionPath.LAST_RESORT for h in held.values())
 
 
 def test_last_resort_first_run_with_discovered_replicas_uses_them_within_bounds():

@@ -309,3 +309,22 @@ def test_a_variant_at_zero_behind_a_plain_hpa_hands_its_share_to_the_variant_tha
     assert sim.summary["replicas_max"]["llama-8b-a100"] == 0  # the HPA never woke it
     assert sim.summary["replicas_max"]["llama-8b-l40s"] >= 4
     assert sim.summary["slo_attainment"] >= 0.9
+
+
+def test_a_model_found_all_at_zero_starts_one_replica_of_its_cheapest_variant_until_metrics_flow() -> None:
+    """Both variants' Deployments found at 0 replicas (minReplicas 0, scale-to-zero off, KEDA actuating), no
+    traffic for 10 minutes, then 3 req/s. Seed 002's last resort gives each variant its "safe default of 1": an
+    A100 and an L40S ran from the first cycle, and the A100 until its retention after the analyzer's first 0
+    (25 minutes; $3.52 against $3.00 for the probe of docs/deviations.md #12). The model's one safe replica is
+    now its cheapest variant's, until the analyzer has metrics to size the model by."""
+    raw = yaml.safe_load(IDLE_WAKE.read_text())
+    raw["duration_s"] = 1200
+    raw["workload"] = {"kind": "step", "steps": [[0, 0], [600, 3]], "input_tokens": 800, "output_tokens": 200}
+    for variant in raw["variants"]:
+        variant["initial_replicas"] = 0
+    raw["configmaps"] = []
+    sim = run_scenario(scenario_module.parse(raw, base_dir=IDLE_WAKE.parent), policy="wva-predictive", seed=0)
+    idle = [desired for t, desired in sim.cycles if t - sim.start_s < 600]
+    assert len(idle) == 20
+    assert all(desired == {"llama-8b-a100": 0, "llama-8b-l40s": 1} for desired in idle), idle
+    assert sim.summary["slo_attainment"] >= 0.99
