@@ -130,12 +130,14 @@ def test_without_the_period_the_same_moment_is_not_scaled() -> None:
         pytest.param((), 300.0, id="none-the-prior"),
         pytest.param((120.0, 200.0), 300.0, id="two-short-the-prior"),
         pytest.param((720.0,), 720.0, id="one-longer-than-the-prior-wins"),
-        pytest.param((100.0, 110.0, 120.0, 130.0, 900.0), 900.0, id="p90-of-five-is-the-largest"),
-        pytest.param((*(float(x) for x in range(100, 200, 10)), 600.0), 190.0, id="p90-of-eleven"),
-        pytest.param((100.0, 110.0, 120.0), 120.0, id="three-short-their-p90-under-the-prior"),
+        pytest.param((100.0, 110.0, 120.0, 130.0, 900.0), 900.0, id="five-the-largest-over-the-prior"),
+        pytest.param((*(float(x) for x in range(100, 200, 10)), 600.0), 190.0, id="p90-of-eleven-under-the-prior"),
+        pytest.param(tuple(float(x) for x in range(100, 200, 10)), 180.0, id="p90-of-ten-under-the-prior"),
+        pytest.param((100.0, 110.0, 120.0), 300.0, id="three-short-the-prior"),
+        pytest.param(tuple(float(x) for x in range(100, 190, 10)), 300.0, id="nine-short-the-prior"),
     ],
 )
-def test_the_lead_is_the_p90_startup_or_before_three_samples_the_longest_of_them_and_the_prior(
+def test_the_lead_is_the_p90_startup_or_before_ten_samples_the_longest_of_them_and_the_prior(
     samples: tuple[float, ...], lead_s: float
 ) -> None:
     assert predictive._lead_s(samples, 300.0) == lead_s
@@ -149,7 +151,7 @@ NINE_FAST = TEN_FAST[:9]
     ("samples", "leads"),
     [
         pytest.param({"a100": TEN_FAST, "l40s": ()}, {"a100": 36.0, "l40s": 36.0}, id="sibling-with-ten-lends-its-p90"),
-        pytest.param({"a100": NINE_FAST, "l40s": ()}, {"a100": 36.0, "l40s": 300.0}, id="nine-are-not-enough"),
+        pytest.param({"a100": NINE_FAST, "l40s": ()}, {"a100": 300.0, "l40s": 300.0}, id="nine-are-not-enough"),
         pytest.param(
             {"a100": TEN_FAST, "l40s": (90.0,)}, {"a100": 36.0, "l40s": 90.0}, id="own-longer-sample-over-the-sibling"
         ),
