@@ -7,8 +7,10 @@ policies (adapter.sim.simulate: the same requests, fleet, startups, draining and
 is counted per request:
 
 * **schedules**: the oracle's program solved for the demand × headroom h (h ≥ 1), actuated with each replica
-  requested its p90 startup ahead (`--policy oracle`). h is searched upwards from 1 by a factor `GROW` until a
-  schedule reaches the target, then bisected `BISECT_STEPS` times between the last miss and the first hit.
+  requested its p90 startup ahead (`--policy oracle`), and the replicas running at the start kept until their
+  replacements can be ready (`oracle._make_first`: the bound may swap the fleet at t = 0, which the loop cannot).
+  h is searched upwards from 1 by a factor `GROW` until a schedule reaches the target, then bisected
+  `BISECT_STEPS` times between the last miss and the first hit.
 * **static fleets**: each variant alone scaled (the others at their minimum), by bisection on its count; then
   coordinate descent from the maximum fleet (each variant in turn cut by bisection to the fewest replicas that
   still pass; one order per variant first); then, beside the cheapest found, up to `NEIGHBOURS` replicas of each
@@ -40,7 +42,15 @@ import numpy as np
 
 from adapter.sim.oracle import OraclePlan, OracleVariant, capacities, plan
 from adapter.sim.scenario import Scenario
-from adapter.sim.simulate import RunOptions, Simulation, oracle_demand, oracle_variants
+from adapter.sim.simulate import (
+    DEFAULT_LEAD_QUANTILE,
+    START_S,
+    RunOptions,
+    Simulation,
+    oracle_demand,
+    oracle_variants,
+    startup_quantile_s,
+)
 
 TARGET = 0.99
 GROW = 1.5
@@ -175,6 +185,9 @@ class _Search:
         self.budget = miss_budget(scenario, seed, target)
         self.demand = oracle_demand(scenario, seed)
         self.capacity = capacities(variants, self.demand, ttft_ms=scenario.slo.ttft_ms, itl_ms=scenario.slo.itl_ms)
+        fleet = {v.name: v for v in scenario.fleet_config(start_s=START_S).variants}
+        self.ready_after_s = [startup_quantile_s(fleet[v.name].startup, DEFAULT_LEAD_QUANTILE) for v in variants]
+        """When a replica requested at the start is ready in the loop (its p90 startup: the schedule's lead)."""
         self.runs: list[Candidate] = []
         self._static: dict[tuple[int, ...], Candidate] = {}
 
@@ -187,7 +200,8 @@ class _Search:
         return float(sim.summary["cost"]), attainment, attainment >= self.target
 
     def schedule(self, headroom: float) -> Candidate:
-        program = plan(self.variants, self.demand.scaled(headroom), self.capacity) if headroom != 1.0 else self.bound
+        demand = self.demand.scaled(headroom) if headroom != 1.0 else self.demand
+        program = plan(self.variants, demand, self.capacity, ready_after_s=self.ready_after_s)
         sim = self.runner("oracle", RunOptions(bound=self.bound, schedule=program, max_misses=self.budget))
         cost, attainment, passed = self._measure(sim)
         candidate = Candidate("schedule", cost, attainment, passed, headroom=headroom, schedule_cost=program.cost)

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_array
+from scipy.sparse import coo_array, hstack, vstack
 
 from adapter.analyzers.queueing.model import (
     BeyondModel,
@@ -199,9 +199,14 @@ def covers(replicas: IntArray, capacity: FloatArray, demand: FloatArray, *, max_
 
 
 def plan(
-    variants: Sequence[OracleVariant], demand: Demand, capacity: FloatArray, *, time_limit_s: float = MILP_TIME_LIMIT_S
+    variants: Sequence[OracleVariant],
+    demand: Demand,
+    capacity: FloatArray,
+    *,
+    time_limit_s: float = MILP_TIME_LIMIT_S,
+    ready_after_s: Sequence[float] | None = None,
 ) -> OraclePlan:
-    """Solve the program of the module docstring."""
+    """Solve the program of the module docstring; with `ready_after_s`, also break only after make (`_make_first`)."""
     n_var, n_bins = len(variants), demand.bins
     if capacity.shape != (n_var, n_bins):
         raise ValueError(f"capacity has shape {capacity.shape}, expected {(n_var, n_bins)}")
@@ -225,10 +230,19 @@ def plan(
             objective[n_idx(v, b)] = per_s * demand.interval_s
             objective[s_idx(v, b)] = per_s * variant.startup_median_s
     matrix, lower = _constraints(variants, capacity, target, index=(n_idx, s_idx))
-    constraints = LinearConstraint(matrix, lower, np.full(lower.size, np.inf))
     var_lo = np.concatenate([np.repeat(lo, n_bins), np.zeros(n_s)])
     var_hi = np.concatenate([np.repeat(hi, n_bins), np.repeat(hi, n_bins)])
     integrality = np.concatenate([np.ones(n_var * n_bins), np.zeros(n_s)])
+    if ready_after_s is not None:
+        extra, extra_lower, k_hi = _make_first(variants, capacity, target, ready_after_s, interval_s=demand.interval_s)
+        if k_hi.size:
+            matrix = vstack([hstack([matrix, coo_array((matrix.shape[0], k_hi.size))]), extra]).tocsr()
+            lower = np.concatenate([lower, extra_lower])
+            objective = np.concatenate([objective, np.zeros(k_hi.size)])
+            var_lo = np.concatenate([var_lo, np.zeros(k_hi.size)])
+            var_hi = np.concatenate([var_hi, k_hi])
+            integrality = np.concatenate([integrality, np.zeros(k_hi.size)])
+    constraints = LinearConstraint(matrix, lower, np.full(lower.size, np.inf))
     result = milp(
         objective,
         constraints=constraints,
@@ -245,6 +259,65 @@ def plan(
         bound = getattr(result, "mip_dual_bound", None)
         cost = float(bound) if bound is not None and math.isfinite(bound) else cost
     return OraclePlan(replicas, capacity, cost, infeasible, optimal)
+
+
+def _make_first(
+    variants: Sequence[OracleVariant],
+    capacity: FloatArray,
+    target: FloatArray,
+    ready_after_s: Sequence[float],
+    *,
+    interval_s: float,
+) -> tuple[Any, FloatArray, FloatArray]:
+    """Rows that keep the replicas running at the start until their replacements can be ready: the schedule the
+    frontier plays in the loop, where a replica started at t = 0 serves only after its startup.
+
+    The bound may swap the fleet at bin 0 (it pays a replica's startup *before* the start to have it ready there):
+    with an A100 running and a cheaper L40S at zero, it stops the A100 at t = 0, and played in the loop nothing
+    serves until the L40S has started — minutes of misses that no headroom buys back. Variant v's replicas beyond
+    its initial count serve only from `ready_after_s[v]` (the lead it is requested with in the loop), so in each
+    early bin b the replicas already running must cover what they can:
+
+        Σ_v cap_vb · k_vb ≥ min(D_b, Σ_v cap_vb · m_vb),   0 ≤ k_vb ≤ n_vb,   k_vb ≤ m_vb
+        m_vb = initial_v while b·Δ < ready_after_s[v], else max_v
+
+    (k_vb: the replicas of v serving in bin b). Example: A100 1 running (cap 10 req/s), L40S 0 (cap 5), demand
+    0.3 req/s, ready_after 300 s, Δ 30 s: in bins 0–9 the L40S serves nothing, so 10·k_A100 ≥ 0.3 with
+    k_A100 ≤ n_A100 keeps the A100 until bin 10; the L40S, needed from bin 10, is requested its lead earlier, at 0.
+    Only constraints are added, so the cost is never below the bound's. Returns (rows over [n, s, k], their lower
+    bounds, the upper bounds of the k columns)."""
+    n_var, n_bins = capacity.shape
+    early_bins = [min(n_bins, max(0, math.ceil(ready / interval_s - 1e-9))) for ready in ready_after_s]
+    n_early = max(early_bins, default=0)
+    width = 2 * n_var * n_bins
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lower: list[float] = []
+    k_hi = np.zeros(n_var * n_early)
+    r = 0
+    for b in range(n_early):
+        most = [variants[v].initial_replicas if b < early_bins[v] else variants[v].max_replicas for v in range(n_var)]
+        need = min(float(target[b]), float(sum(capacity[v, b] * most[v] for v in range(n_var))))
+        for v in range(n_var):
+            k = width + v * n_early + b
+            k_hi[v * n_early + b] = most[v]
+            rows += [r, r]  # n_vb − k_vb ≥ 0
+            cols += [v * n_bins + b, k]
+            vals += [1.0, -1.0]
+            lower.append(0.0)
+            r += 1
+        if need < MIN_DEMAND_RPS:
+            continue
+        for v in range(n_var):
+            if capacity[v, b] > 0 and most[v] > 0:
+                rows.append(r)
+                cols.append(width + v * n_early + b)
+                vals.append(capacity[v, b] / need)
+        lower.append(1.0 - 1e-9)
+        r += 1
+    matrix = coo_array((vals, (rows, cols)), shape=(r, width + n_var * n_early))
+    return matrix, np.array(lower, dtype=np.float64), k_hi
 
 
 def _constraints(

@@ -344,3 +344,25 @@ def test_plan_type_is_what_the_summary_reads(oracle_run: Simulation) -> None:
     assert isinstance(oracle_run.oracle, OraclePlan)
     assert oracle_run.summary["oracle99_cost"] is None  # no frontier asked for
     assert oracle_run.summary["cost_ratio_vs_oracle99"] is None
+
+
+def test_a_schedule_that_swaps_variants_keeps_the_running_one_until_the_other_serves() -> None:
+    """The A100 runs at the start and the cheaper L40S is at zero (both minReplicas 0); 0.3 req/s for 20 minutes.
+    The bound swaps them at t = 0; played as such nothing served until the L40S had started, every schedule
+    failed, and oracle@99 was the maximum fleet ($9.00 here; $54.00 for an hour of a probe, where one replica
+    meets the SLO for $1.71). Kept until the L40S can serve, the schedule at h = 1 reaches the target."""
+    raw_variants = burst_scenario().raw["variants"]
+    scenario = burst_scenario(
+        workload={"kind": "poisson", "rate_rps": 0.3, "input_tokens": 800, "output_tokens": 150, "seed": 5},
+        variants=[
+            {**raw_variants[0], "min_replicas": 0, "initial_replicas": 1},
+            {**raw_variants[1], "min_replicas": 0, "initial_replicas": 0},
+        ],
+    )
+    frontier = find_frontier(scenario, 0, static=False)
+    best = frontier.oracle99
+    assert best is not None
+    assert (best.kind, best.headroom) == ("schedule", 1.0)
+    assert best.attainment is not None
+    assert best.attainment >= 0.99
+    assert best.cost < 1.0

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
 from adapter.sim.oracle import (
+    MIN_DEMAND_RPS,
     Demand,
     OracleVariant,
     capacity_rps,
@@ -166,3 +167,72 @@ def test_more_demand_never_costs_less(rates: list[float], factor: float) -> None
     high = plan(variants, demand_of(*(r * factor for r in rates)), capacity).cost
     assert high >= low - 1e-12
     assert math.isfinite(high)
+
+
+# ---- make before break: the schedule the frontier plays in the loop -----------------------------------------
+
+
+def running_dear_idle_cheap() -> list[OracleVariant]:
+    """An A100 running (cap 10 req/s, $2.5/h) and a cheaper L40S at zero (cap 5, $1.5/h), both minReplicas 0."""
+    return [
+        OracleVariant("a100", 2.5, 0, 4, 120.0, PERF, initial_replicas=1),
+        OracleVariant("l40s", 1.5, 0, 4, 120.0, PERF, initial_replicas=0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ready_after_s", "a100", "l40s"),
+    [
+        pytest.param(None, [0] * 40, [1] * 40, id="the-bound-swaps-at-the-start"),
+        pytest.param([300.0, 300.0], [1] * 10 + [0] * 30, [0] * 10 + [1] * 30, id="kept-until-the-l40s-can-serve"),
+        pytest.param([0.0, 0.0], [0] * 40, [1] * 40, id="ready-at-once-is-the-bound"),
+        pytest.param([300.0, 90.0], [1] * 3 + [0] * 37, [0] * 3 + [1] * 37, id="each-variant-its-own-lead"),
+    ],
+)
+def test_the_replicas_running_at_the_start_are_kept_until_their_replacement_can_serve(
+    ready_after_s: list[float] | None, a100: list[int], l40s: list[int]
+) -> None:
+    # The docstring example of `_make_first`: 0.3 req/s for 40 bins of 30 s. The bound stops the A100 at t = 0
+    # (the L40S's startup paid before the start); in the loop nothing would serve for minutes.
+    variants = running_dear_idle_cheap()
+    result = plan(variants, demand_of(*[0.3] * 40), np.array([[10.0] * 40, [5.0] * 40]), ready_after_s=ready_after_s)
+    assert result.optimal
+    assert result.replicas[0].tolist() == a100
+    assert result.replicas[1].tolist() == l40s
+
+
+def test_make_before_break_covers_what_the_running_replicas_can_and_no_more() -> None:
+    # 12 req/s from the start: the running A100 (10 req/s) serves what it can in the early bins; the rest waits for
+    # the L40S (the program stays feasible, and the demand the bound covers is still covered).
+    variants = running_dear_idle_cheap()
+    capacity = np.array([[10.0] * 12, [5.0] * 12])
+    result = plan(variants, demand_of(*[12.0] * 12), capacity, ready_after_s=[300.0, 300.0])
+    assert result.optimal
+    assert all(n >= 1 for n in result.replicas[0][:10])
+    assert covers(result.replicas, capacity, np.full(12, 12.0), max_replicas=[4, 4])
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(), st.lists(st.sampled_from([0.0, 30.0, 90.0, 300.0]), min_size=3, max_size=3))
+def test_make_before_break_only_adds_constraints(
+    case: tuple[list[OracleVariant], Demand, np.ndarray, np.ndarray], ready: list[float]
+) -> None:
+    """Never below the bound, every bound property kept, and in each bin before a variant's lead the replicas
+    that were running at the start (at most their initial count each) cover min(D_b, what they can)."""
+    variants, demand, capacity, _ = case
+    ready_after_s = ready[: len(variants)]
+    maxima = [v.max_replicas for v in variants]
+    bound = plan(variants, demand, capacity)
+    held = plan(variants, demand, capacity, ready_after_s=ready_after_s)
+    assert held.optimal
+    assert held.cost >= bound.cost * (1 - 1e-9) - 1e-12
+    assert covers(held.replicas, capacity, demand.rate_rps, max_replicas=maxima)
+    for b in range(demand.bins):
+        most = [
+            v.initial_replicas if b * demand.interval_s < ready_after_s[i] else v.max_replicas
+            for i, v in enumerate(variants)
+        ]
+        rate = demand.rate_rps[b] if demand.rate_rps[b] >= MIN_DEMAND_RPS else 0.0  # below: none, as the bound reads it
+        need = min(rate, sum(capacity[i, b] * most[i] for i in range(len(variants))))
+        serving = sum(capacity[i, b] * min(held.replicas[i, b], most[i]) for i in range(len(variants)))
+        assert serving >= need * (1 - 1e-6) - 1e-9, (b, held.replicas[:, b], most)
