@@ -4,12 +4,21 @@ convergence against a plant, bounds, the anti-windup holds."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.analyzers.predictive.attainment import H_MAX, H_MIN, MAX_STEP_UP, MIN_LOAD, OVERLOAD, Controller
+from adapter.analyzers.predictive.attainment import (
+    BACKLOG_S,
+    H_MAX,
+    H_MIN,
+    MAX_STEP_UP,
+    MIN_LOAD,
+    OVERLOAD,
+    Controller,
+)
 
 WINDOW_S = 300.0
 
@@ -25,6 +34,7 @@ def step(c: Controller, measured: float | None, *, now_s: float, **kw: object) -
         "capacity_change": 0,
         "load": 0.9,
         "backlog": 0.0,
+        "arrival_rps": 10.0,
         "now_s": now_s,
     }
     args.update(kw)
@@ -201,9 +211,28 @@ def test_a_burst_the_fleet_was_not_sized_for_does_not_raise_the_headroom() -> No
 
 
 def test_a_backlog_alone_is_not_an_overload() -> None:
-    c = step(settled(1.0), 0.8, now_s=1000.0, load=0.9, backlog=40.0)  # a queue, arrivals within capacity
+    c = step(settled(1.0), 0.8, now_s=1000.0, load=0.9, backlog=40.0)  # 4 s of arrivals queued: the tail's
     assert c.overloaded_at_s is None
     assert c.headroom > 1.0
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "overloaded"),
+    [
+        pytest.param(0.0, BACKLOG_S * 10.0 - 1.0, False, id="growing-but-under-ten-seconds-of-arrivals"),
+        pytest.param(0.0, BACKLOG_S * 10.0, True, id="growing-to-ten-seconds-of-arrivals"),
+        pytest.param(31.0, 119.0, True, id="the-size-shift-probe"),
+        pytest.param(150.0, 150.0, False, id="long-but-not-growing"),
+        pytest.param(300.0, 150.0, False, id="long-and-draining"),
+    ],
+)
+def test_a_backlog_growing_past_seconds_of_arrivals_is_an_overload(before: float, now: float, overloaded: bool) -> None:
+    """Requests grown longer than the capacity model has seen: the model still prices a replica at its old rate
+    (load 0.5), but the queue grows; a shortfall measured then is not the headroom's to answer."""
+    c = step(replace(settled(1.0), backlog=before), 0.83, now_s=1000.0, load=0.5, backlog=now)
+    assert c.overloaded is overloaded
+    assert (c.headroom == 1.0) is overloaded
+    assert ("outran" in c.hold) is overloaded
 
 
 def test_json_round_trip_and_refusals() -> None:
@@ -215,6 +244,8 @@ def test_json_round_trip_and_refusals() -> None:
     assert again.settled_since_s == c.settled_since_s
     assert again.change == c.change == -1
     assert again.raises == c.raises
+    assert again.backlog == c.backlog == 10.0
+    assert Controller.from_json({"headroom": 1.0}).backlog == 0.0  # state saved before the field: none waiting
     for bad in (
         {"headroom": 100.0},
         {"headroom": True},
@@ -223,6 +254,8 @@ def test_json_round_trip_and_refusals() -> None:
         {"headroom": 1.0, "raises": [2.0]},
         {"headroom": 1.0, "overloadedAtS": "x"},
         {"headroom": 1.0, "overloaded": 1},
+        {"headroom": 1.0, "backlog": -1.0},
+        {"headroom": 1.0, "backlog": "x"},
         [],
     ):
         with pytest.raises(ValueError, match="controller"):

@@ -376,6 +376,7 @@ def _measure(
         capacity_change=_change(ready, ready_before, unseen=unseen),
         load=_load(demand.arrival, ready, at_slo, state.controller.headroom),
         backlog=demand.backlog,
+        arrival_rps=demand.arrival,
         now_s=now_s,
     )
     state = replace(state, controller=controller)

@@ -21,10 +21,11 @@ NaN is not 0 %), and otherwise holds only the move that the state of the fleet c
   at its minimum at night, or sized ahead of a forecast, meets any target; believing it would drive H to its
   floor before the morning);
 * a replica ordered and not ready yet: no move up (what is coming may be enough);
-* arrivals above the ready replicas' capacity at the current headroom, or the backlog they left still
-  draining, within the window: no move up (the shortfall is demand the fleet was not sized for — a forecast
-  miss, a burst no forecast saw coming — and more headroom would not have been in place for it, only oversize
-  every later cycle; the forecast and the backlog term answer it);
+* arrivals above the ready replicas' capacity at the current headroom, a backlog growing past `BACKLOG_S` of
+  arrivals, or the backlog either left still draining, within the window: no move up (the shortfall is demand
+  the fleet was not sized for — a forecast miss, a burst no forecast saw coming, requests grown longer than the
+  capacity model has seen yet — and more headroom would not have been in place for it, only oversize every
+  later cycle; the forecast and the backlog term answer it);
 * ready capacity grew less than a window ago: no move up (the window still holds the shortfall before it);
   the analyzer reports a model back from cycles it did not see (at zero, metrics missing) as grown;
 * ready capacity shrank less than half a window ago: no move down (the window still holds the surplus before it);
@@ -62,6 +63,16 @@ H_MIN = 1.0
 """Never more per replica than the tail-tightened model says: a fleet meets any target below full load, so
 evidence for *less* headroom than the model would have to come from the very peaks that violate it."""
 H_MAX = 12.0
+BACKLOG_S = 10.0
+"""A backlog that grew since the last cycle and holds at least this many seconds of arrivals is an overload,
+whatever the capacity model says: the model sizes replicas by the mean request size of the metrics window,
+which lags when requests change. Why: prompts grown from 500 to 4,000 tokens at a steady 6 req/s — the window
+still priced an A100 at 11 req/s while 119 requests queued, the integral read the misses as a headroom shortfall
+and raised H 1.0 → 1.68 in two cycles, and the fleet stayed 1.68× too big for the rest of the hour (the
+"not loaded" hold below kept H there): 23–25 % of the hour's cost, for 1.2–1.5 points gained in the minute
+the extra replicas shortened the crisis by (a probe, seeds 0–1). Ten seconds, not the 2-s TTFT target: a queue of a
+headroom shortfall is the tail's, seconds long; a longer one is throughput missing (at 5 s a 10-second-burst
+probe, seed 1, read its bursts as overloads: −0.7 point)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +94,8 @@ class Controller:
     draining (anti-windup)."""
     overloaded: bool = False
     """Whether the last cycle was so."""
+    backlog: float = 0.0
+    """The requests waiting at the last cycle (a growing backlog can be an overload: `BACKLOG_S`)."""
 
     def update(
         self,
@@ -96,18 +109,21 @@ class Controller:
         capacity_change: int,
         load: float,
         backlog: float,
+        arrival_rps: float,
         now_s: float,
     ) -> Controller:
         """One cycle (module docstring). `completions`: requests finished in the window; `in_flight`: a replica
         is ordered and not ready; `capacity_change`: the sign of the change of ready capacity since the last
         cycle (0: none); `load`: the arrival rate / the ready replicas' capacity at the current headroom;
-        `backlog`: requests waiting now (an overload lasts until the backlog it left is drained)."""
+        `backlog`: requests waiting now (an overload lasts until the backlog it left is drained); `arrival_rps`:
+        the arrival rate (the backlog's yardstick, `BACKLOG_S`)."""
         if capacity_change or self.settled_since_s is None:
             state = replace(self, settled_since_s=now_s, change=(capacity_change > 0) - (capacity_change < 0))
         else:
             state = self
-        overloaded = load > OVERLOAD or (self.overloaded and backlog >= 1.0)
-        state = replace(state, overloaded=overloaded)
+        growing = backlog > self.backlog and backlog >= max(1.0, BACKLOG_S * arrival_rps)
+        overloaded = load > OVERLOAD or growing or (self.overloaded and backlog >= 1.0)
+        state = replace(state, overloaded=overloaded, backlog=backlog)
         if overloaded:
             state = replace(state, overloaded_at_s=now_s)
         state = replace(state, last_measured=measured)
@@ -148,6 +164,7 @@ class Controller:
             "raises": [round(x, 6) for x in self.raises],
             "overloadedAtS": self.overloaded_at_s,
             "overloaded": self.overloaded,
+            "backlog": round(self.backlog, 3),
         }
 
     @classmethod
@@ -177,6 +194,9 @@ class Controller:
         overloaded_now = data.get("overloaded", False)
         if not isinstance(overloaded_now, bool):
             raise ValueError(f"controller.overloaded: expected true or false, got {overloaded_now!r}")
+        backlog = data.get("backlog", 0.0)
+        if isinstance(backlog, bool) or not isinstance(backlog, int | float) or not 0 <= backlog < math.inf:
+            raise ValueError(f"controller.backlog: expected a number >= 0, got {backlog!r}")
         return cls(
             float(headroom),
             None if measured is None else float(measured),
@@ -186,4 +206,5 @@ class Controller:
             tuple(float(x) for x in raises[-FUTILE_RAISES:]),
             None if overloaded is None else float(overloaded),
             overloaded_now,
+            float(backlog),
         )
