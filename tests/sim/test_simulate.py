@@ -303,12 +303,12 @@ ZERO_BEHIND_HPA = REPO / "examples" / "scenarios" / "zero-behind-hpa.yaml"
 def test_a_variant_at_zero_behind_a_plain_hpa_hands_its_share_to_the_variant_that_scales() -> None:
     """examples/scenarios/zero-behind-hpa.yaml played forward: the ramp's cheaper capacity per request is the A100
     variant at zero, which a plain HPA never starts. The engine asked for it for the whole ramp, and the L40S
-    stayed at one replica while the queue grew (63 % attainment, seed 0); now, 3 minutes after its first ask, the
-    A100 is left out of the allocation and the L40S carries the ramp."""
+    stayed at one replica while the queue grew (63 % attainment, seed 0); now, 90 s after its first ask, the
+    A100 is left out of the allocation and the L40S carries the ramp (99.2 %; 96.1 % when it waited 3 minutes)."""
     sim = run_scenario(scenario_module.load(ZERO_BEHIND_HPA), policy="wva-predictive", seed=0)
     assert sim.summary["replicas_max"]["llama-8b-a100"] == 0  # the HPA never woke it
     assert sim.summary["replicas_max"]["llama-8b-l40s"] >= 4
-    assert sim.summary["slo_attainment"] >= 0.9
+    assert sim.summary["slo_attainment"] >= 0.98
 
 
 def test_a_model_found_all_at_zero_starts_one_replica_of_its_cheapest_variant_until_metrics_flow() -> None:
