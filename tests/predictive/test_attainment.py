@@ -106,6 +106,39 @@ def test_a_window_after_growth_it_goes_up_again() -> None:
     assert c.headroom > 1.0
 
 
+@pytest.mark.parametrize(
+    ("elapsed_s", "measured", "factor"),
+    [
+        pytest.param(30.0, 0.90, math.exp(0.36), id="the-30-s-cycle-the-gains-are-per"),
+        pytest.param(15.0, 0.90, math.exp(0.18), id="15-s-half-the-step"),
+        pytest.param(60.0, 0.90, math.exp(0.72), id="60-s-twice"),
+        pytest.param(600.0, 0.90, math.exp(0.72), id="a-gap-counts-as-two-cycles"),
+        pytest.param(0.0, 0.90, 1.0, id="no-time-no-move"),
+        pytest.param(15.0, 0.50, math.exp(MAX_STEP_UP / 2), id="the-cap-is-per-30-s-too"),
+        pytest.param(15.0, 0.995, math.exp(-0.005), id="down-per-time-as-well"),
+    ],
+)
+def test_the_integral_is_over_time_not_cycles(elapsed_s: float, measured: float, factor: float) -> None:
+    after = step(settled(2.0), measured, now_s=1000.0, elapsed_s=elapsed_s)
+    assert after.headroom == pytest.approx(2.0 * factor)
+
+
+@pytest.mark.parametrize("cycle_s", [10.0, 15.0], ids=lambda c: f"{c:.0f}-s-cycles")
+def test_the_engine_interval_does_not_change_how_fast_the_headroom_moves(cycle_s: float) -> None:
+    """A tail that needs H = 3 (the plant below): after 4 minutes the headroom is where 30-s cycles take it, within
+    the discretisation (counted per cycle, 15-s cycles moved it ×2.05 per 30 s where 30-s cycles move it ×1.43).
+    Longer cycles take steps too big for this plant, which overshoots: the worked steps above check them."""
+
+    def run(interval_s: float) -> float:
+        c, now = settled(1.0), 0.0
+        while now < 240.0:
+            now += interval_s
+            c = step(c, plant(c.headroom, 3.0), now_s=now, elapsed_s=interval_s)
+        return c.headroom
+
+    assert run(cycle_s) == pytest.approx(run(30.0), rel=0.1)
+
+
 def plant(headroom: float, needed: float) -> float:
     """Attainment of a fleet sized with `headroom` when the workload's tail needs `needed`: 0.99 at exactly
     `needed`, falling off below it, saturating above."""

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from adapter.analyzers import memory as state_json
-from adapter.analyzers.predictive.attainment import Controller
+from adapter.analyzers.predictive.attainment import CYCLE_S, Controller
 from adapter.analyzers.predictive.capacity import Targets, chunk_advice, per_replica_rps, tightened
 from adapter.analyzers.predictive.forecast import ForecastConfig, Forecaster
 from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
@@ -342,7 +342,8 @@ def _measure(
     slo = resolve_slo(cfg, [p for p, _ in params.values() if p is not None], observed.model)
     ready = {v.key.name: (v.target.ready_replicas if v.target else 0) for v in views}
     ready_before = state.ready
-    unseen = _unseen(state.saved_s, now_s, state.forecaster.config.step_s)
+    saved_s = state.saved_s
+    unseen = _unseen(saved_s, now_s, state.forecaster.config.step_s)
     state = replace(
         state,
         forecaster=demand.forecaster,
@@ -378,6 +379,7 @@ def _measure(
         backlog=demand.backlog,
         arrival_rps=demand.arrival,
         now_s=now_s,
+        elapsed_s=now_s - saved_s if saved_s > 0 else CYCLE_S,
     )
     state = replace(state, controller=controller)
     variants, per_variant, advice = _supply(

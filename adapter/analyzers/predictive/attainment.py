@@ -8,12 +8,15 @@ measured attainment — the fraction of requests within both targets, from vLLM'
 `sloAttainmentTarget`.
 
     e = target − measured                                   (measured over the histogram window, ~5 min)
-    log H ← clip(log H + g·e, log H_min, log H_max),        g = G_UP when e > 0, G_DOWN when e < 0
-    −MAX_STEP_DOWN ≤ g·e ≤ MAX_STEP_UP per cycle
+    log H ← clip(log H + g·e·τ, log H_min, log H_max),      g = G_UP when e > 0, G_DOWN when e < 0
+    −MAX_STEP_DOWN ≤ g·e ≤ MAX_STEP_UP,   τ = min(Δt, 2·CYCLE_S) / CYCLE_S
 
 Multiplicative (integral in log H), because H is a scale: a 10 % shortfall asks for the same relative change at
-H = 1 and H = 5. Worked example: target 0.99, measured 0.90 ⇒ e = 0.09, g·e = 4·0.09 = 0.36 ⇒ H × e^0.36 =
-×1.43 this cycle. Measured 0.995 ⇒ e = −0.005 ⇒ H × e^(−0.01) = ×0.99: down slowly, up fast.
+H = 1 and H = 5. An integral over time, not over cycles: τ scales each step by the time since the model's last
+cycle (Δt) against the 30-s cycle the gains were tuned at, so the engine interval (`GLOBAL_OPT_INTERVAL`) does not
+change how fast H moves; a gap longer than two cycles counts as two. Worked example (30-s cycles, τ = 1): target
+0.99, measured 0.90 ⇒ e = 0.09, g·e = 4·0.09 = 0.36 ⇒ H × e^0.36 = ×1.43 this cycle. Measured 0.995 ⇒ e = −0.005
+⇒ H × e^(−0.01) = ×0.99: down slowly, up fast. With 15-s cycles τ = 0.5: ×1.20 per cycle, ×1.43 per 30 s.
 
 Anti-windup — the integral holds when there is no evidence (fewer than `MIN_REQUESTS` completions in the window:
 NaN is not 0 %), and otherwise holds only the move that the state of the fleet could mislead:
@@ -63,6 +66,10 @@ H_MIN = 1.0
 """Never more per replica than the tail-tightened model says: a fleet meets any target below full load, so
 evidence for *less* headroom than the model would have to come from the very peaks that violate it."""
 H_MAX = 12.0
+CYCLE_S = 30.0
+"""The engine interval the gains are per (τ in the module docstring). Why: the same 5-minute window of misses was
+integrated once per cycle, so 15-s cycles moved H twice as fast — on the bursts workload H went 1.0 → 1.44
+where 30-s cycles left it at 1.0, and the hour cost 37 % more (a probe, seed 0)."""
 BACKLOG_S = 10.0
 """A backlog that grew since the last cycle and holds at least this many seconds of arrivals is an overload,
 whatever the capacity model says: the model sizes replicas by the mean request size of the metrics window,
@@ -111,12 +118,14 @@ class Controller:
         backlog: float,
         arrival_rps: float,
         now_s: float,
+        elapsed_s: float = CYCLE_S,
     ) -> Controller:
         """One cycle (module docstring). `completions`: requests finished in the window; `in_flight`: a replica
         is ordered and not ready; `capacity_change`: the sign of the change of ready capacity since the last
         cycle (0: none); `load`: the arrival rate / the ready replicas' capacity at the current headroom;
         `backlog`: requests waiting now (an overload lasts until the backlog it left is drained); `arrival_rps`:
-        the arrival rate (the backlog's yardstick, `BACKLOG_S`)."""
+        the arrival rate (the backlog's yardstick, `BACKLOG_S`); `elapsed_s`: the time since the model's last
+        cycle (τ)."""
         if capacity_change or self.settled_since_s is None:
             state = replace(self, settled_since_s=now_s, change=(capacity_change > 0) - (capacity_change < 0))
         else:
@@ -150,7 +159,8 @@ class Controller:
             return replace(state, hold=f"over target, but the fleet is not loaded (arrivals {load:.0%} of capacity)")
         elif error < 0 and since < window_s / 2 and state.change < 0:
             return replace(state, hold="over target, but capacity shrank within half a window")
-        step = max(-MAX_STEP_DOWN, min(MAX_STEP_UP, (G_UP if error > 0 else G_DOWN) * error))
+        tau = min(max(elapsed_s, 0.0), 2.0 * CYCLE_S) / CYCLE_S
+        step = max(-MAX_STEP_DOWN, min(MAX_STEP_UP, (G_UP if error > 0 else G_DOWN) * error)) * tau
         headroom = min(H_MAX, max(H_MIN, self.headroom * math.exp(step)))
         raises = (*state.raises, measured)[-FUTILE_RAISES:] if headroom > self.headroom else ()
         return replace(state, headroom=headroom, hold="", raises=raises)
