@@ -269,3 +269,28 @@ def test_period_detection_does_not_depend_on_the_unit(seed: int, power: int, n: 
     x = 10 + 8 * (np.arange(n) % period < period // 4) + rng.normal(0, 1, n)
     x = np.maximum(x, 0.0)
     assert detect_period(x * 2.0**power, CFG) == detect_period(x, CFG)
+
+
+def test_a_rise_out_of_idle_starts_the_trend_afresh() -> None:
+    """A wake seen through the 1-minute rate window (0 → 1.7 → 3.1 → 3.4 req/s) is a level: after a minute of
+    zeros the trend is that of a forecaster that began at the first rate, not one extrapolating the rise from 0."""
+    wake = [1.7, 3.1, 3.4]
+    now_s = 22 * CFG.step_s
+    after_idle = fed([0.0] * 20 + wake).peak(now_s, 300.0)
+    fresh = fed(wake, start_s=20 * CFG.step_s).peak(now_s, 300.0)
+    assert after_idle.level_rps == pytest.approx(fresh.level_rps)
+    assert after_idle.slope_rps_per_s == pytest.approx(fresh.slope_rps_per_s)
+    assert after_idle.trend_rps < 5.7  # one L40S at the SLO: no second variant ordered for a wake to 3 req/s
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        pytest.param([2.0] * 20 + [0.0], id="one-step-at-zero-is-a-dip"),
+        pytest.param([2.0] * 20, id="never-idle"),
+    ],
+)
+def test_a_dip_is_not_idle(before: list[float]) -> None:
+    rise = [3.0, 4.5, 6.0]
+    now_s = (len(before) + 2) * CFG.step_s
+    assert fed(before + rise).peak(now_s, 300.0).slope_rps_per_s > 0.005
