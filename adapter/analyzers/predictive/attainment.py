@@ -78,8 +78,8 @@ still priced an A100 at 11 req/s while 119 requests queued, the integral read th
 and raised H 1.0 → 1.68 in two cycles, and the fleet stayed 1.68× too big for the rest of the hour (the
 "not loaded" hold below kept H there): 23–25 % of the hour's cost, for 1.2–1.5 points gained in the minute
 the extra replicas shortened the crisis by (a probe, seeds 0–1). Ten seconds, not the 2-s TTFT target: a queue of a
-headroom shortfall is the tail's, seconds long; a longer one is throughput missing (at 5 s a 10-second-burst
-probe, seed 1, read its bursts as overloads: −0.7 point)."""
+headroom shortfall is the tail's, seconds long; a longer one is throughput missing (at 5 s a probe of 4-minute
+bursts with 20–40-s startups, seed 1, read its bursts as overloads: −0.7 point)."""
 
 
 @dataclass(frozen=True, slots=True)
