@@ -234,7 +234,9 @@ def plan(
     var_hi = np.concatenate([np.repeat(hi, n_bins), np.repeat(hi, n_bins)])
     integrality = np.concatenate([np.ones(n_var * n_bins), np.zeros(n_s)])
     if ready_after_s is not None:
-        extra, extra_lower, k_hi = _make_first(variants, capacity, target, ready_after_s, interval_s=demand.interval_s)
+        extra, extra_lower, k_hi = _make_first(
+            variants, capacity, target, ready_after_s, interval_s=demand.interval_s, n_idx=n_idx
+        )
         if k_hi.size:
             matrix = vstack([hstack([matrix, coo_array((matrix.shape[0], k_hi.size))]), extra]).tocsr()
             lower = np.concatenate([lower, extra_lower])
@@ -268,6 +270,7 @@ def _make_first(
     ready_after_s: Sequence[float],
     *,
     interval_s: float,
+    n_idx: Callable[[int, int], int],
 ) -> tuple[Any, FloatArray, FloatArray]:
     """Rows that keep the replicas running at the start until their replacements can be ready: the schedule the
     frontier plays in the loop, where a replica started at t = 0 serves only after its startup.
@@ -284,8 +287,9 @@ def _make_first(
     (k_vb: the replicas of v serving in bin b). Example: A100 1 running (cap 10 req/s), L40S 0 (cap 5), demand
     0.3 req/s, ready_after 300 s, Δ 30 s: in bins 0–9 the L40S serves nothing, so 10·k_A100 ≥ 0.3 with
     k_A100 ≤ n_A100 keeps the A100 until bin 10; the L40S, needed from bin 10, is requested its lead earlier, at 0.
-    Only constraints are added, so the cost is never below the bound's. Returns (rows over [n, s, k], their lower
-    bounds, the upper bounds of the k columns)."""
+    Only constraints are added, so the cost is never below the bound's. `n_idx` maps (variant, bin) to the column
+    of n_vb, as in `_constraints`; the k columns follow the program's n and s. Returns (rows over [n, s, k], their
+    lower bounds, the upper bounds of the k columns)."""
     n_var, n_bins = capacity.shape
     early_bins = [min(n_bins, max(0, math.ceil(ready / interval_s - 1e-9))) for ready in ready_after_s]
     n_early = max(early_bins, default=0)
@@ -295,15 +299,18 @@ def _make_first(
     vals: list[float] = []
     lower: list[float] = []
     k_hi = np.zeros(n_var * n_early)
+
+    def k_idx(v: int, b: int) -> int:
+        return int(width + v * n_early + b)
+
     r = 0
     for b in range(n_early):
         most = [variants[v].initial_replicas if b < early_bins[v] else variants[v].max_replicas for v in range(n_var)]
         need = min(float(target[b]), float(sum(capacity[v, b] * most[v] for v in range(n_var))))
         for v in range(n_var):
-            k = width + v * n_early + b
-            k_hi[v * n_early + b] = most[v]
+            k_hi[k_idx(v, b) - width] = most[v]
             rows += [r, r]  # n_vb − k_vb ≥ 0
-            cols += [v * n_bins + b, k]
+            cols += [n_idx(v, b), k_idx(v, b)]
             vals += [1.0, -1.0]
             lower.append(0.0)
             r += 1
@@ -312,7 +319,7 @@ def _make_first(
         for v in range(n_var):
             if capacity[v, b] > 0 and most[v] > 0:
                 rows.append(r)
-                cols.append(width + v * n_early + b)
+                cols.append(k_idx(v, b))
                 vals.append(capacity[v, b] / need)
         lower.append(1.0 - 1e-9)
         r += 1
