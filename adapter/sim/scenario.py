@@ -37,6 +37,7 @@ from adapter.config.safeload import load_yaml, size_text
 from adapter.config.va import VariantAutoscaling, parse_va
 from adapter.domain.errors import ConfigError, ManifestError
 from adapter.domain.ids import ModelKey
+from adapter.domain.snapshot import NodeGpus
 from adapter.domain.text import plain
 from adapter.sim.fleet import FleetConfig, StartupTime, VariantConfig
 from adapter.sim.replica import PerfParams
@@ -63,6 +64,7 @@ MAX_BINS = 20_160
 """Engine intervals per run (a week at 30 s): bounds the run and the oracle's program."""
 MAX_STEPS = 10_000
 MAX_CONFIGMAPS = 32
+MAX_NODES = 1024
 MAX_TRACE_TEXT_BYTES = 2 * 1024 * 1024 * 1024
 """Text a trace may hold once decompressed: about 40 million rows, far above any request limit."""
 MAX_REQUESTS_OVERRIDE = 1_000_000_000
@@ -218,6 +220,12 @@ class EngineSpec(_Strict):
     interval_s: float = Field(default=30.0, ge=1, le=3600)
 
 
+class NodeSpec(_Strict):
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    accelerator: str = Field(min_length=1, max_length=63)
+    allocatable_gpus: int = Field(ge=0, le=1_000_000)
+
+
 class ConfigMapSpec(_Strict):
     namespace: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
     name: str = Field(min_length=1, max_length=253)
@@ -245,6 +253,11 @@ class ScenarioSpec(_Strict):
     )
     configmaps: list[ConfigMapSpec] = Field(default_factory=list, max_length=MAX_CONFIGMAPS)
     """The mapping form `{name: data}` (controller namespace) is turned into this list form before validation."""
+    nodes: list[NodeSpec] | None = Field(default=None, max_length=MAX_NODES)
+    """The cluster's GPU nodes (ours, optional): they cap scheduling (pods wait UNSCHEDULED for a free GPU of
+    their accelerator) and are what the GPU limiter (`enableLimiter: true`) shares. Absent: one node per
+    accelerator with room for every variant of it at maxReplicas, twice (`sim_nodes`), so scheduling never waits and
+    the limiter sees the room the simulated cluster has (without nodes it saw none and froze every scale-up)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ScenarioSpec:
@@ -296,6 +309,7 @@ class Scenario:
             variants=tuple(_variant_config(v) for v in self.spec.variants),
             namespace=self.spec.namespace,
             scrape_interval_s=self.spec.metrics.scrape_interval_s,
+            nodes=sim_nodes(self.spec),
             start_s=start_s,
             seed=seed,
         )
@@ -425,6 +439,19 @@ def check_work(scenario: Scenario, *, max_requests: int | None = None) -> int:
             "(a shorter duration_s or a lower rate, or simulate --max-requests N)"
         )
     return count
+
+
+def sim_nodes(spec: ScenarioSpec) -> tuple[NodeGpus, ...]:
+    """The scenario's GPU nodes, or (none given) one node per accelerator with 2 · Σ maxReplicas · GPUs per replica
+    of its variants — every variant at its maximum, and as many pods again draining after a scale-down (they hold
+    their GPUs until gone): e.g. A100 variants of max 12 × 1 and 4 × 2 GPUs ⇒ one node of 40 A100 GPUs."""
+    if spec.nodes is not None:
+        return tuple(NodeGpus(n.name, n.accelerator, n.allocatable_gpus) for n in spec.nodes)
+    room: dict[str, int] = {}
+    for v in spec.variants:
+        if v.accelerator:
+            room[v.accelerator] = room.get(v.accelerator, 0) + 2 * v.max_replicas * v.gpus_per_replica
+    return tuple(NodeGpus(f"sim-node-{i}", a, gpus) for i, (a, gpus) in enumerate(room.items()))
 
 
 def _variant_config(v: VariantSpec) -> VariantConfig:

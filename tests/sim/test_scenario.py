@@ -156,3 +156,37 @@ def test_the_workload_seed_adds_the_run_seed() -> None:
     same = [r.arrival_s for r, _ in zip(s.workload(run_seed=0), range(5), strict=False)]
     other = [r.arrival_s for r, _ in zip(s.workload(run_seed=1), range(5), strict=False)]
     assert first == same != other
+
+
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        pytest.param([{"name": "n", "accelerator": "A100"}], "scenario.nodes[0].allocatable_gpus", id="no-gpus"),
+        pytest.param([{"name": "n", "accelerator": "A100", "allocatable_gpus": -1}], "allocatable_gpus", id="neg"),
+        pytest.param([{"name": "N_1", "accelerator": "A100", "allocatable_gpus": 1}], "nodes[0].name", id="name"),
+        pytest.param([{"name": "n", "accelerator": "", "allocatable_gpus": 1}], "nodes[0].accelerator", id="acc"),
+        pytest.param([{"name": "n", "accelerator": "A", "allocatable_gpus": 1, "gpu": 1}], "gpu: unknown", id="typo"),
+        pytest.param({"name": "n"}, "scenario.nodes", id="not-a-list"),
+    ],
+)
+def test_invalid_nodes_name_the_key(nodes: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({**BASE, "nodes": nodes})
+    assert message in str(info.value)
+
+
+def test_without_nodes_each_accelerator_has_room_for_its_variants_at_their_maximum_twice() -> None:
+    raw = {
+        **BASE,
+        "variants": [
+            {"name": "a", "accelerator": "A100", "max_replicas": 12},
+            {"name": "b", "accelerator": "A100", "max_replicas": 4, "gpus_per_replica": 2},
+            {"name": "c", "accelerator": "L40S", "max_replicas": 3},
+            {"name": "d", "max_replicas": 5},
+        ],
+    }
+    nodes = parse(raw).fleet_config(start_s=0.0).nodes
+    assert sorted((n.accelerator, n.allocatable_gpus) for n in nodes) == [("A100", 40), ("L40S", 6)]
+    given = [{"name": "gpu-a", "accelerator": "A100", "allocatable_gpus": 3}]
+    (node,) = parse({**raw, "nodes": given}).fleet_config(start_s=0.0).nodes
+    assert (node.name, node.accelerator, node.allocatable_gpus) == ("gpu-a", "A100", 3)

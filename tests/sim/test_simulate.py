@@ -328,3 +328,39 @@ def test_a_model_found_all_at_zero_starts_one_replica_of_its_cheapest_variant_un
     assert len(idle) == 20
     assert all(desired == {"llama-8b-a100": 0, "llama-8b-l40s": 1} for desired in idle), idle
     assert sim.summary["slo_attainment"] >= 0.99
+
+
+DIURNAL = REPO / "examples" / "scenarios" / "bench" / "diurnal.yaml"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "a100_max"),
+    [
+        pytest.param(None, None, id="the-simulated-cluster-s-room"),
+        pytest.param(
+            [
+                {"name": "gpu-a", "accelerator": "A100", "allocatable_gpus": 2},
+                {"name": "gpu-l", "accelerator": "L40S", "allocatable_gpus": 16},
+            ],
+            2,
+            id="two-a100-gpus-the-l40s-takes-the-rest",
+        ),
+    ],
+)
+def test_the_gpu_limiter_shares_the_gpus_of_the_simulated_cluster(
+    nodes: list[dict[str, Any]] | None, a100_max: int | None
+) -> None:
+    """The diurnal benchmark with `enableLimiter: true`. The engine was handed no nodes, so every pool had 0 free
+    GPUs and no replica was ever added (14.6 % attainment); the simulated cluster's nodes now reach it."""
+    raw = yaml.safe_load(DIURNAL.read_text())
+    raw["configmaps"][0]["data"]["default"] += "enableLimiter: true\n"
+    if nodes is not None:
+        raw["nodes"] = nodes
+    sim = run_scenario(scenario_module.parse(raw, base_dir=DIURNAL.parent), policy="wva-predictive", seed=0)
+    assert sim.summary["slo_attainment"] >= 0.99
+    replicas_max = sim.summary["replicas_max"]
+    if a100_max is None:
+        assert replicas_max["llama-8b-a100"] >= 3  # the peak needs more than the initial fleet
+    else:
+        assert replicas_max["llama-8b-a100"] == a100_max
+        assert replicas_max["llama-8b-l40s"] >= 2
