@@ -142,7 +142,11 @@ def summary(figures: dict[str, Any]) -> list[Row]:
         rows.append(
             (
                 "  exact vs greedy cost, generated fleets (median)",
-                f"{allocation['exact_over_greedy_cost_median']:.3f}x, exact {allocation['exact_ms_median']:.0f} ms",
+                f"{allocation['exact_over_greedy_cost_median']:.3f}x (cheaper in "
+                f"{allocation['fleets_exact_strictly_cheaper']} of {allocation['fleets_both_meet_demand']} that both "
+                f"cover, dearer in {allocation['fleets_exact_costlier']}; covers more in "
+                f"{allocation['fleets_exact_meets_more_demand']} of {allocation['fleets']}), exact "
+                f"{allocation['exact_ms_median']:.0f} ms",
                 "cheaper than greedy (< 1)",
                 allocation["exact_over_greedy_cost_median"],
             )

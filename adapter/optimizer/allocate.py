@@ -13,7 +13,7 @@ constraints when the limiter is on). Every mode is deterministic: results never 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from adapter.config.configmaps import AllocationMode
 from adapter.domain.capacity import CapacitySignal, GpuPools, Role, VariantSupply
@@ -124,7 +124,7 @@ def _allocate_capacity(
     solved = None
     if mode.exact:
         requests = [
-            exact.ExactRequest(g.key, tuple(sorted(g.variants, key=lambda v: v.name)), _demand(g))
+            exact.ExactRequest(g.key, tuple(sorted(_one_way(g), key=lambda v: v.name)), _demand(g))
             for g in groups
             if g.required > 0 or g.spare > 0
         ]
@@ -175,6 +175,26 @@ def _allocate_capacity(
             notes[s.model].append(f"{left:.0f} {s.unit} required not allocated: every variant at maxReplicas")
         out[s.model] = ModelAllocation(merged, mode.optimizer, limited, left, tuple(notes[s.model]))
     return out
+
+
+def _one_way(g: _Group) -> tuple[VariantSupply, ...]:
+    """The group's variants bounded so that the exact program moves one way, as the greedy path does: a scale-up
+    only adds replicas (min ≥ current), a scale-down only removes them (max ≤ current); within the VA's bounds.
+
+    Why: re-solved from scratch each cycle, the program swapped variants as the demand moved — a rise to 33 req/s
+    took 3 A100s to 1 and 3 L40S to 5 — and every removed replica left at once while its replacement took minutes
+    to start. With the predictive analyzer (seed 0, against the cost-aware path) the benchmarks' diurnal cost 34 %
+    more, azure-conv 28 %, surge 36 %, a ramp with an A100 at zero 54 %; steps 9 % more for 2.3 points less."""
+    out = []
+    for v in g.variants:
+        current = min(max(v.current_replicas, v.min_replicas), v.max_replicas)
+        if g.required > 0:
+            out.append(replace(v, min_replicas=current))
+        elif g.spare > 0:
+            out.append(replace(v, max_replicas=current))
+        else:
+            out.append(v)
+    return tuple(out)
 
 
 def _demand(g: _Group) -> float:

@@ -25,8 +25,10 @@ made the program take the only free-able GPU from another model's running replic
 model A at zero needing 201 tokens, model B short by 202 on a full L4 pool; B gave up a 1,000-token replica
 so A could have one, leaving 1,202 unmet where greedy leaves 403).
 
-Unlike the greedy path, the program may move capacity between variants in one cycle (fewer expensive, more
-cheap replicas): cheaper at steady state, at the price of a cold start; see docs/configuration.md
+The allocation step bounds each request one way, as the greedy path moves (`allocate._one_way`): a scale-up
+only adds replicas, a scale-down only removes them. Re-solved from scratch each cycle, the program had swapped
+variants as the demand moved, and every replica it removed left at once while its replacement took minutes to
+start (9–54 % dearer than the greedy path on the benchmarks in closed loop); see docs/configuration.md
 (`optimizer: exact`). Solved with scipy.optimize.milp (HiGHS); a solver failure returns None and the caller
 falls back to the greedy allocation.
 
@@ -71,8 +73,9 @@ is over-full (0.024 s of it the two priced programs, proven; with the cuts 0.26�
 over-full pools (`-mixed`): ~0.21–0.23 s (one run of nine 0.37 s on the shared machine; 0.05–0.07 s of it the
 priced program, proven optimal), with the cuts 1.8–2.8 s and before them 0.84–1.2 s, both unproven; the greedy
 limiter's decide is ~0.14 s there, at 7 % less cost and 6x the unmet demand. The generated fleets of `make
-bench` keep their cost (exact/greedy 0.747 in the median fleet, the same as before the decomposition, the cuts
-and the pricing).
+bench` kept their cost through the decomposition, the cuts and the pricing (exact/greedy 0.747 in the median
+fleet); most of that was removing running replicas while adding others, which the one-way bounds now forbid: the
+median is 1.00 (cheaper in 14 of the 35 fleets that both cover, never dearer; covering more demand in 41 of 100).
 """
 
 from __future__ import annotations

@@ -192,6 +192,51 @@ def test_exact_finds_the_cheaper_mix() -> None:
     assert exact[A].optimizer == "exact-milp"
 
 
+@pytest.mark.parametrize(
+    ("required", "spare", "expected"),
+    [
+        pytest.param(
+            # 3 A (cost 10, 10 tokens) running, 6 more required: D = 36. From scratch the cheapest cover is 6 B
+            # (cost 4, 6 tokens) = 24, which removed the 3 running A at once; one way: keep them, add 1 B = 34.
+            6.0,
+            0.0,
+            {"a": 3, "b": 1},
+            id="a-scale-up-only-adds",
+        ),
+        pytest.param(
+            # 12 spare of 30: D = 18. From scratch 3 B = 12, started while the A left; one way: remove 1 A = 20.
+            0.0,
+            12.0,
+            {"a": 2, "b": 0},
+            id="a-scale-down-only-removes",
+        ),
+    ],
+)
+def test_exact_moves_one_way_as_greedy_does(required: float, spare: float, expected: dict[str, int]) -> None:
+    s = signal(A, supply("a", cost=10, cap=10, current=3), supply("b", cost=4, cap=6), required=required, spare=spare)
+    out = allocate([s], mode=AllocationMode(exact=True), gpus=GpuPools({}, {}))
+    assert out[A].targets == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    caps=st.lists(st.tuples(st.floats(1, 50), st.floats(1, 100), st.integers(0, 5)), min_size=1, max_size=3),
+    change=st.floats(0.5, 200),
+    up=st.booleans(),
+)
+def test_exact_never_removes_on_a_scale_up_nor_adds_on_a_scale_down(
+    caps: list[tuple[float, float, int]], change: float, up: bool
+) -> None:
+    variants = [supply(f"v{i}", cost=c, cap=k, current=n, hi=12) for i, (c, k, n) in enumerate(caps)]
+    s = signal(A, *variants, required=change if up else 0.0, spare=0.0 if up else change)
+    targets = allocate([s], mode=AllocationMode(exact=True), gpus=GpuPools({}, {}))[A].targets
+    for v in variants:
+        if up:
+            assert targets[v.name] >= v.current_replicas
+        else:
+            assert targets[v.name] <= v.current_replicas
+
+
 def test_exact_respects_gpu_pools() -> None:
     s = signal(A, supply("a", cost=1, cap=100, gpr=2), required=1000)
     out = allocate([s], mode=AllocationMode(limiter=True, exact=True), gpus=GpuPools({"A100": 6}, {}))
