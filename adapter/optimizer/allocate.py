@@ -123,10 +123,10 @@ def _allocate_capacity(
     notes: dict[ModelKey, list[str]] = {s.model: [] for s in signals}
     solved = None
     if mode.exact:
+        one_way = {g.key: _one_way(g, free) for g in groups if g.required > 0 or g.spare > 0}
         requests = [
-            exact.ExactRequest(g.key, tuple(sorted(_one_way(g), key=lambda v: v.name)), _demand(g))
-            for g in groups
-            if g.required > 0 or g.spare > 0
+            exact.ExactRequest(key, tuple(sorted(variants, key=lambda v: v.name)), demand)
+            for key, (variants, demand, _) in one_way.items()
         ]
         solved = exact.solve(requests, gpus_free=free)
         if solved is None:
@@ -135,7 +135,8 @@ def _allocate_capacity(
                 notes[s.model].append(f"exact optimizer found no solution; used {mode.optimizer}")
         else:
             for key, solved_targets in solved.targets.items():
-                targets[key] = dict(solved_targets)
+                base = one_way[key][2]
+                targets[key] = {name: base.get(name, 0) + n for name, n in solved_targets.items()}
             if not solved.proven_optimal:
                 for s in signals:
                     notes[s.model].append("exact optimizer: node limit reached; best allocation found so far used")
@@ -177,24 +178,45 @@ def _allocate_capacity(
     return out
 
 
-def _one_way(g: _Group) -> tuple[VariantSupply, ...]:
-    """The group's variants bounded so that the exact program moves one way, as the greedy path does: a scale-up
-    only adds replicas (min ≥ current), a scale-down only removes them (max ≤ current); within the VA's bounds.
+def _one_way(g: _Group, free: Mapping[str, int] | None) -> tuple[tuple[VariantSupply, ...], float, dict[str, int]]:
+    """What the exact program solves for the group so that it moves one way, as the greedy path does: a scale-up
+    buys only additions (each variant shifted by its current replicas: counts from 0 up to max − current, demand
+    the capacity required, GPUs the pools' free ones, so that no variant may add more replicas than its pool's free
+    GPUs hold), a scale-down only removes (max ≤ current, demand what is left to cover). Returns (variants, demand,
+    replicas to add back to the solution).
 
     Why: re-solved from scratch each cycle, the program swapped variants as the demand moved — a rise to 33 req/s
     took 3 A100s to 1 and 3 L40S to 5 — and every removed replica left at once while its replacement took minutes
     to start. With the predictive analyzer (seed 0, against the cost-aware path) the benchmarks' diurnal cost 34 %
-    more, azure-conv 28 %, surge 36 %, a ramp with an A100 at zero 54 %; steps 9 % more for 2.3 points less."""
-    out = []
-    for v in g.variants:
-        current = min(max(v.current_replicas, v.min_replicas), v.max_replicas)
-        if g.required > 0:
-            out.append(replace(v, min_replicas=current))
-        elif g.spare > 0:
-            out.append(replace(v, max_replicas=current))
-        else:
-            out.append(v)
-    return tuple(out)
+    more, azure-conv 28 %, surge 36 %, a ramp with an A100 at zero 54 %; steps 9 % more for 2.3 points less.
+    Additions rather than a lower bound at the current count: the same optimum, in the shape the priced solver
+    enumerates fastest (500 two-variant models on over-full pools: 0.13 s as additions within the free GPUs,
+    0.9–1.8 s as a lower bound at the current count)."""
+    if g.required > 0:
+        current = {v.name: v.current_replicas for v in g.variants}
+        added = tuple(
+            replace(
+                v,
+                current_replicas=0,
+                ready_replicas=0,
+                pending_replicas=0,
+                min_replicas=max(0, v.min_replicas - v.current_replicas),
+                max_replicas=max(0, min(v.max_replicas - v.current_replicas, _room(v, free))),
+            )
+            for v in g.variants
+        )
+        return added, g.required, current
+    bounded = tuple(
+        replace(v, max_replicas=max(v.min_replicas, min(v.max_replicas, v.current_replicas))) for v in g.variants
+    )
+    return bounded, _demand(g), {}
+
+
+def _room(v: VariantSupply, free: Mapping[str, int] | None) -> int:
+    """Replicas of `v` its pool's free GPUs hold (unbounded without the limiter, or outside every pool)."""
+    if free is None or v.accelerator not in free:
+        return 2**31 - 1
+    return free[v.accelerator] // max(1, v.gpus_per_replica)
 
 
 def _demand(g: _Group) -> float:

@@ -218,6 +218,21 @@ def test_exact_moves_one_way_as_greedy_does(required: float, spare: float, expec
     assert out[A].targets == expected
 
 
+def test_exact_adds_within_the_free_gpus_and_takes_none_from_running_replicas() -> None:
+    """One A100 pool of 8 GPUs, 6 held by 3 running 2-GPU replicas of `a`: 2 free. 40 more tokens required: two
+    `b` (12 tokens, $8) beat one more `a` (10 tokens, $10) in the 2 GPUs, and 28 stay unmet. From scratch the
+    program had been free to stop the running `a` replicas for `b` ones."""
+    s = signal(
+        A,
+        supply("a", cost=10, cap=10, current=3, gpr=2),
+        supply("b", cost=4, cap=6, gpr=1),
+        required=40.0,
+    )
+    out = allocate([s], mode=AllocationMode(limiter=True, exact=True), gpus=GpuPools({"A100": 8}, {"A100": 6}))
+    assert out[A].targets == {"a": 3, "b": 2}
+    assert out[A].unmet == pytest.approx(28.0)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     caps=st.lists(st.tuples(st.floats(1, 50), st.floats(1, 100), st.integers(0, 5)), min_size=1, max_size=3),
