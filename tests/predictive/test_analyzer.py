@@ -17,6 +17,7 @@ from adapter.analyzers.predictive.analyzer import LEARNED_SECTION, ModelState
 from adapter.analyzers.predictive.forecast import ForecastConfig
 from adapter.config.configmaps import QUEUEING_CM
 from adapter.config.engine import EngineConfig
+from adapter.domain.capacity import VariantSupply
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.latency import LatencyHistogram, ModelLatency
@@ -456,3 +457,85 @@ def test_more_load_never_asks_for_fewer_replicas(rate: float, more: float, repli
         return fleet.desired()["a100"]
 
     assert desired(rate + more) >= desired(rate)
+
+
+# ---- the bridge: capacity short now while only slow-starting replicas are on their way ----------------------
+
+
+def _sv(name: str, cap: float, current: int, pending: int = 0, hi: int = 16) -> VariantSupply:
+    return VariantSupply(name, 1.0, cap, current, 0, hi, ready_replicas=current - pending, pending_replicas=pending)
+
+
+@pytest.mark.parametrize(
+    ("variants", "leads", "now_rps", "shortfall", "slow"),
+    [
+        pytest.param(
+            # The docstring's example: 2 A100 ready (11) + 2 pending, 1 L40S (5.5): soon 27.5 ≥ 26.
+            [_sv("a100", 11, 4, pending=2), _sv("l40s", 5.5, 1)],
+            {"a100": 900, "l40s": 60},
+            26.0,
+            None,
+            None,
+            id="what-serves-soon-covers-the-present",
+        ),
+        pytest.param(
+            [_sv("a100", 11, 4, pending=2), _sv("l40s", 5.5, 1)],
+            {"a100": 900, "l40s": 60},
+            30.0,
+            2.5,
+            "a100",
+            id="short-now-with-only-slow-replicas-in-flight",
+        ),
+        pytest.param(
+            # A pending L40S arrives within a fast startup: it counts (27.5 + 5.5 ≥ 30).
+            [_sv("a100", 11, 2), _sv("l40s", 5.5, 2, pending=1)],
+            {"a100": 900, "l40s": 60},
+            30.0,
+            None,
+            None,
+            id="fast-replicas-in-flight-count",
+        ),
+        pytest.param(
+            # 300 s against 200 s: under 2x, alike (sampling noise between variants that start alike).
+            [_sv("a100", 11, 4, pending=2), _sv("l40s", 5.5, 1)],
+            {"a100": 300, "l40s": 200},
+            30.0,
+            None,
+            None,
+            id="variants-that-start-alike-never-bridge",
+        ),
+        pytest.param(
+            # 150 s against 60 s: over 2x, but only 90 s apart.
+            [_sv("a100", 11, 4, pending=2), _sv("l40s", 5.5, 1)],
+            {"a100": 150, "l40s": 60},
+            30.0,
+            None,
+            None,
+            id="a-gap-under-two-minutes-never-bridges",
+        ),
+        pytest.param(
+            # The fast variant is at its maximum: nothing to bridge with.
+            [_sv("a100", 11, 4, pending=2), _sv("l40s", 5.5, 1, hi=1)],
+            {"a100": 900, "l40s": 60},
+            30.0,
+            None,
+            None,
+            id="no-room-in-the-fast-variant",
+        ),
+    ],
+)
+def test_bridge_buys_the_shortfall_of_the_present_from_the_fast_variants(
+    variants: list[VariantSupply], leads: dict[str, float], now_rps: float, shortfall: float | None, slow: str | None
+) -> None:
+    bridge = predictive._bridge(variants, leads, now_rps)
+    if shortfall is None:
+        assert bridge is None
+        return
+    assert bridge is not None
+    bridged, short, note = bridge
+    assert short == pytest.approx(shortfall)
+    by_name = {v.name: v for v in bridged}
+    assert by_name[slow].max_replicas == by_name[slow].current_replicas  # no more slow replicas this cycle
+    assert all(v.max_replicas == 16 for v in bridged if v.name != slow)
+    assert note.startswith("bridge:")
+    assert slow in note

@@ -25,6 +25,8 @@ Per model, each cycle (read from the top):
         8. signal             supply = Σ ready_v·c_v, anticipated = Σ current_v·c_v
                               required = max(0, D − anticipated)
                               spare    = max(0, supply − D·(1 + SPARE_MARGIN))
+        9. bridge             short now while only slow-starting replicas are in flight: the shortfall is bought
+                              from the variants that start fast (`_bridge`)
 
 Worked example: Σλ = 10 req/s, the forecast peak over 300 s 14 req/s, 30 requests waiting, drain 60 s ⇒
 D = 14 + 0.5 = 14.5 req/s. One A100 with λ*(tightened) = 7.4 req/s and H = 1.2 ⇒ c = 6.17 req/s; 2 replicas
@@ -414,6 +416,11 @@ def _measure(
     supply = sum(v.ready_replicas * v.per_replica_capacity for v in variants)
     anticipated = sum(v.current_replicas * v.per_replica_capacity for v in variants)
     required = max(0.0, demand.demand_rps - anticipated)
+    bridge = _bridge(variants, leads, demand.arrival + demand.backlog / cfg.backlog_drain_time_s)
+    if bridge is not None:
+        variants, shortfall, note = bridge
+        required = max(required, shortfall)
+        notes.append(note)
     spare = max(0.0, supply - demand.demand_rps * (1.0 + SPARE_MARGIN))
     figures |= {
         "total_arrival_rps": round(demand.arrival, 6),
@@ -525,6 +532,58 @@ def _supply(
             "startup_p90_s": round(leads[name], 3),
         }
     return variants, per_variant, advice
+
+
+BRIDGE_RATIO = 2.0
+BRIDGE_GAP_S = 120.0
+"""A variant is slow to start (`_bridge`) when its lead is over `BRIDGE_RATIO` × the fastest variant's and at least
+`BRIDGE_GAP_S` longer: apart from sampling noise between variants that start alike."""
+
+
+def _bridge(
+    variants: Sequence[VariantSupply], leads: Mapping[str, float], now_rps: float
+) -> tuple[list[VariantSupply], float, str] | None:
+    """Capacity short *now* while only slow-starting replicas are on their way: buy the shortfall from the
+    fast-starting variants this cycle (the slow ones get no more replicas), as a bridge.
+
+        soon      = Σ_v ready_v · c_v + Σ_{v fast} pending_v · c_v       (what serves within a fast startup)
+        shortfall = arrivals + backlog / backlogDrainTime − soon          (req/s, now; no forecast)
+        shortfall > 0 and some variant slow ⇒ required ≥ shortfall, bought from the fast variants
+
+    Why: the allocation buys the cheapest capacity per request, and counts replicas in flight as capacity; with an
+    A100 starting in 10 minutes and an L40S in 30 s it ordered A100s on a diurnal rise, counted them, and the
+    model missed every request for 8 minutes while they started (77 % attainment where a plain HPA on KV, which
+    scales the L40S too, met 96 %). Worked example: arrivals 26 req/s, no backlog, ready 2 A100 (11 req/s each)
+    + 1 L40S (5.5), 2 A100s pending (lead 900 s, the L40S's 60 s) ⇒ soon 27.5 ≥ 26: no bridge; at 30 req/s the
+    shortfall is 2.5 req/s ⇒ one more L40S now. Variants that start alike (every benchmark) never bridge."""
+    known = [v for v in variants if v.per_replica_capacity > 0 and v.max_replicas > v.current_replicas]
+    if not known:
+        return None
+    fast = min(leads.get(v.name, 0.0) for v in known)
+    slow = {
+        v.name
+        for v in variants
+        if leads.get(v.name, 0.0) > BRIDGE_RATIO * fast and leads.get(v.name, 0.0) - fast >= BRIDGE_GAP_S
+    }
+    if not slow or all(v.name in slow for v in known):
+        return None
+    soon = sum(
+        (v.ready_replicas + (0 if v.name in slow else v.pending_replicas)) * v.per_replica_capacity
+        for v in variants
+        if v.per_replica_capacity > 0
+    )
+    shortfall = now_rps - soon
+    if shortfall <= 0:
+        return None
+    bridged = [
+        replace(v, max_replicas=max(v.current_replicas, v.min_replicas)) if v.name in slow else v for v in variants
+    ]
+    names = ", ".join(sorted(slow))
+    note = (
+        f"bridge: {shortfall:.3g} req/s short now while {names} start (lead over {BRIDGE_RATIO:g}× the fastest "
+        f"variant's); bought from the variants that start fast"
+    )
+    return bridged, shortfall, note
 
 
 def _at_slo(params: ServiceParams | None, slo: Slo, size: RequestSize, max_batch: int, cfg: QueueingConfig) -> float:
