@@ -539,3 +539,38 @@ def test_bridge_buys_the_shortfall_of_the_present_from_the_fast_variants(
     assert all(v.max_replicas == 16 for v in bridged if v.name != slow)
     assert note.startswith("bridge:")
     assert slow in note
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected"),
+    [
+        pytest.param(
+            # The first pods: an A100 that took 600 s, an L40S 30 s; below 10 samples both leads are at least the
+            # 300-s prior, so the leads (600, 300) are only 2x apart; their own startups are 20x.
+            {"a100": (600.0,), "l40s": (30.0,)},
+            {"a100": 600.0, "l40s": 30.0},
+            id="their-own-startups-not-the-prior",
+        ),
+        pytest.param(
+            {"a100": (), "l40s": (30.0, 45.0)},
+            {"l40s": 37.5},
+            id="a-variant-never-seen-starting-is-left-out",
+        ),
+        pytest.param(
+            # Alike (median 120 s, p90 300): the variant scaled often has shown its tail, the other its first pod.
+            {"a100": (95.0, 120.0, 130.0, 410.0, 350.0), "l40s": (120.0,)},
+            {"a100": 130.0, "l40s": 120.0},
+            id="the-median-not-the-tail-of-the-variant-scaled-more",
+        ),
+    ],
+)
+def test_speeds_are_what_each_variant_s_own_pods_showed(
+    samples: dict[str, tuple[float, ...]], expected: dict[str, float]
+) -> None:
+    assert predictive._speeds(samples) == expected
+
+
+def test_a_variant_never_seen_starting_is_neither_fast_nor_slow() -> None:
+    """An A100 whose pods started in 120 s and an L40S at zero, never seen starting: no bridge, whatever its prior."""
+    variants = [_sv("a100", 11, 2), _sv("l40s", 5.5, 0)]
+    assert predictive._bridge(variants, predictive._speeds({"a100": (120.0,), "l40s": ()}), 40.0) is None

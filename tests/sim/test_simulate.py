@@ -382,9 +382,23 @@ def test_a_shortfall_while_only_slow_replicas_start_is_bridged_by_the_fast_varia
     """The diurnal benchmark with an A100 that starts in 10 minutes (p90 15) and an L40S in 30 s (p90 60). The
     allocation bought A100s on the rise, the cheaper per request, counted them while they started, and missed every
     request for 8 minutes (77.1 %; a plain HPA on KV, which scales the L40S too, 95.7 %). The shortfall of the
-    present is now bought from the L40S while the A100s start (87.0 %, seed 0)."""
+    present is now bought from the L40S while the A100s start (99.8 %, seed 0)."""
     raw = yaml.safe_load(DIURNAL.read_text())
     raw["variants"][0]["startup_s"] = {"median": 600, "p90": 900}
     raw["variants"][1]["startup_s"] = {"median": 30, "p90": 60}
     sim = run_scenario(scenario_module.parse(raw, base_dir=DIURNAL.parent), policy="wva-predictive", seed=0)
-    assert sim.summary["slo_attainment"] >= 0.85
+    assert sim.summary["slo_attainment"] >= 0.98
+
+
+STEPS = REPO / "examples" / "scenarios" / "bench" / "steps.yaml"
+
+
+def test_an_unannounced_step_is_met_by_the_fast_variant_while_the_slow_one_starts() -> None:
+    """The steps benchmark with the A100 starting in 10 minutes (p90 15) and the L40S in 30 s. The step to 24 req/s
+    ordered A100s, the cheaper per request, which came up after the step: 58.6 % (seed 0; a plain HPA on KV 90.2 %).
+    The initial pods have shown how long each variant takes, so the first shortfall is bridged by L40S replicas."""
+    raw = yaml.safe_load(STEPS.read_text())
+    raw["variants"][0]["startup_s"] = {"median": 600, "p90": 900}
+    raw["variants"][1]["startup_s"] = {"median": 30, "p90": 60}
+    sim = run_scenario(scenario_module.parse(raw, base_dir=STEPS.parent), policy="wva-predictive", seed=0)
+    assert sim.summary["slo_attainment"] >= 0.95

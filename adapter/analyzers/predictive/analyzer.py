@@ -53,6 +53,7 @@ model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_cap
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -416,7 +417,7 @@ def _measure(
     supply = sum(v.ready_replicas * v.per_replica_capacity for v in variants)
     anticipated = sum(v.current_replicas * v.per_replica_capacity for v in variants)
     required = max(0.0, demand.demand_rps - anticipated)
-    bridge = _bridge(variants, leads, demand.arrival + demand.backlog / cfg.backlog_drain_time_s)
+    bridge = _bridge(variants, _speeds(startup), demand.arrival + demand.backlog / cfg.backlog_drain_time_s)
     if bridge is not None:
         variants, shortfall, note = bridge
         required = max(required, shortfall)
@@ -540,11 +541,24 @@ BRIDGE_GAP_S = 120.0
 `BRIDGE_GAP_S` longer: apart from sampling noise between variants that start alike."""
 
 
+def _speeds(samples: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """How long each variant's pods take to start, as `_bridge` compares them: the median startup its own pods
+    have shown; a variant none of whose pods has been seen starting is left out (neither fast nor slow).
+
+    Not the leads: below `SIBLING_SAMPLES` a variant's lead is its prior, and an L40S whose first pod started in
+    30 s read as slow as the 5-minute default (the A100 beside it, whose pod took 10 minutes, only twice as slow:
+    no bridge on the first rise). Not a prior for the unseen: it made a variant at zero "slow" beside one whose
+    pods had started in 2 minutes. Not the longest: of two variants that start alike, the one scaled often had
+    shown a 400-s tail and the other only its 120-s first pod (a bursts probe bridged for nothing)."""
+    return {name: statistics.median(seen) for name, seen in samples.items() if seen}
+
+
 def _bridge(
     variants: Sequence[VariantSupply], leads: Mapping[str, float], now_rps: float
 ) -> tuple[list[VariantSupply], float, str] | None:
     """Capacity short *now* while only slow-starting replicas are on their way: buy the shortfall from the
-    fast-starting variants this cycle (the slow ones get no more replicas), as a bridge.
+    fast-starting variants this cycle (the slow ones get no more replicas), as a bridge. `leads`: how long each
+    variant takes to start (`_speeds`; a variant absent is neither fast nor slow).
 
         soon      = Σ_v ready_v · c_v + Σ_{v fast} pending_v · c_v       (what serves within a fast startup)
         shortfall = arrivals + backlog / backlogDrainTime − soon          (req/s, now; no forecast)
@@ -553,17 +567,21 @@ def _bridge(
     Why: the allocation buys the cheapest capacity per request, and counts replicas in flight as capacity; with an
     A100 starting in 10 minutes and an L40S in 30 s it ordered A100s on a diurnal rise, counted them, and the
     model missed every request for 8 minutes while they started (77 % attainment where a plain HPA on KV, which
-    scales the L40S too, met 96 %). Worked example: arrivals 26 req/s, no backlog, ready 2 A100 (11 req/s each)
-    + 1 L40S (5.5), 2 A100s pending (lead 900 s, the L40S's 60 s) ⇒ soon 27.5 ≥ 26: no bridge; at 30 req/s the
-    shortfall is 2.5 req/s ⇒ one more L40S now. Variants that start alike (every benchmark) never bridge."""
-    known = [v for v in variants if v.per_replica_capacity > 0 and v.max_replicas > v.current_replicas]
+    scales the L40S too, met 96 %; bridged, 99.8 %: docs/predictive.md section 1).
+
+    Worked example: arrivals 26 req/s, no backlog, ready 2 A100 (11 req/s each) + 1 L40S (5.5), 2 A100s pending
+    (starting in 600 s, the L40S in 30 s) ⇒ soon 27.5 ≥ 26: no bridge; at 30 req/s the shortfall is 2.5 req/s ⇒ one
+    more L40S now. Variants that start alike (every benchmark) never bridge."""
+    known = [
+        v for v in variants if v.per_replica_capacity > 0 and v.max_replicas > v.current_replicas and v.name in leads
+    ]
     if not known:
         return None
-    fast = min(leads.get(v.name, 0.0) for v in known)
+    fast = min(leads[v.name] for v in known)
     slow = {
         v.name
         for v in variants
-        if leads.get(v.name, 0.0) > BRIDGE_RATIO * fast and leads.get(v.name, 0.0) - fast >= BRIDGE_GAP_S
+        if v.name in leads and leads[v.name] > BRIDGE_RATIO * fast and leads[v.name] - fast >= BRIDGE_GAP_S
     }
     if not slow or all(v.name in slow for v in known):
         return None
