@@ -47,7 +47,8 @@ target lies between two bucket edges and the attainment the edges allow is on bo
 `analysis` (replay, explain): `slo`, `demand{arrival_rps, backlog, backlog_rps, forecast{…}, lead_s, demand_rps}`,
 `headroom{value, measured_attainment, target, hold, bucket_bracket}`, per variant `alpha, beta, gamma, params_source,
 max_rps_per_replica` (λ* at the tightened targets), `capacity_rps` (÷ H), `startup_p90_s`, `advice`, and the
-model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_capacity`.
+model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_capacity`, `bridge_rps` (while
+bridging).
 """
 
 from __future__ import annotations
@@ -422,6 +423,7 @@ def _measure(
         variants, shortfall, note = bridge
         required = max(required, shortfall)
         notes.append(note)
+        figures["bridge_rps"] = round(shortfall, 6)
     spare = max(0.0, supply - demand.demand_rps * (1.0 + SPARE_MARGIN))
     figures |= {
         "total_arrival_rps": round(demand.arrival, 6),
@@ -537,8 +539,8 @@ def _supply(
 
 BRIDGE_RATIO = 2.0
 BRIDGE_GAP_S = 120.0
-"""A variant is slow to start (`_bridge`) when its lead is over `BRIDGE_RATIO` × the fastest variant's and at least
-`BRIDGE_GAP_S` longer: apart from sampling noise between variants that start alike."""
+"""A variant is slow to start (`_bridge`) when its pods take over `BRIDGE_RATIO` × as long as the fastest variant's
+(`_speeds`) and at least `BRIDGE_GAP_S` longer: apart from sampling noise between variants that start alike."""
 
 
 def _speeds(samples: Mapping[str, Sequence[float]]) -> dict[str, float]:
@@ -554,11 +556,11 @@ def _speeds(samples: Mapping[str, Sequence[float]]) -> dict[str, float]:
 
 
 def _bridge(
-    variants: Sequence[VariantSupply], leads: Mapping[str, float], now_rps: float
+    variants: Sequence[VariantSupply], speeds_s: Mapping[str, float], now_rps: float
 ) -> tuple[list[VariantSupply], float, str] | None:
     """Capacity short *now* while only slow-starting replicas are on their way: buy the shortfall from the
-    fast-starting variants this cycle (the slow ones get no more replicas), as a bridge. `leads`: how long each
-    variant takes to start (`_speeds`; a variant absent is neither fast nor slow).
+    fast-starting variants this cycle (the slow ones get no more replicas), as a bridge. `speeds_s`: how long each
+    variant's pods take to start (`_speeds`; a variant absent is neither fast nor slow).
 
         soon      = Σ_v ready_v · c_v + Σ_{v fast} pending_v · c_v       (what serves within a fast startup)
         shortfall = arrivals + backlog / backlogDrainTime − soon          (req/s, now; no forecast)
@@ -573,15 +575,15 @@ def _bridge(
     (starting in 600 s, the L40S in 30 s) ⇒ soon 27.5 ≥ 26: no bridge; at 30 req/s the shortfall is 2.5 req/s ⇒ one
     more L40S now. Variants that start alike (every benchmark) never bridge."""
     known = [
-        v for v in variants if v.per_replica_capacity > 0 and v.max_replicas > v.current_replicas and v.name in leads
+        v for v in variants if v.per_replica_capacity > 0 and v.max_replicas > v.current_replicas and v.name in speeds_s
     ]
     if not known:
         return None
-    fast = min(leads[v.name] for v in known)
+    fast = min(speeds_s[v.name] for v in known)
     slow = {
         v.name
         for v in variants
-        if v.name in leads and leads[v.name] > BRIDGE_RATIO * fast and leads[v.name] - fast >= BRIDGE_GAP_S
+        if v.name in speeds_s and speeds_s[v.name] > BRIDGE_RATIO * fast and speeds_s[v.name] - fast >= BRIDGE_GAP_S
     }
     if not slow or all(v.name in slow for v in known):
         return None
@@ -598,8 +600,8 @@ def _bridge(
     ]
     names = ", ".join(sorted(slow))
     note = (
-        f"bridge: {shortfall:.3g} req/s short now while {names} start (lead over {BRIDGE_RATIO:g}× the fastest "
-        f"variant's); bought from the variants that start fast"
+        f"bridge: {shortfall:.3g} req/s short now while only {names} replicas are on their way (starting over "
+        f"{BRIDGE_RATIO:g}× slower than the fastest variant); bought from the variants that start fast"
     )
     return bridged, shortfall, note
 
