@@ -201,7 +201,7 @@ def _one_way(g: _Group, free: Mapping[str, int] | None) -> tuple[tuple[VariantSu
                 ready_replicas=0,
                 pending_replicas=0,
                 min_replicas=max(0, v.min_replicas - v.current_replicas),
-                max_replicas=max(0, min(v.max_replicas - v.current_replicas, _room(v, free))),
+                max_replicas=_room(v, free),
             )
             for v in g.variants
         )
@@ -213,10 +213,12 @@ def _one_way(g: _Group, free: Mapping[str, int] | None) -> tuple[tuple[VariantSu
 
 
 def _room(v: VariantSupply, free: Mapping[str, int] | None) -> int:
-    """Replicas of `v` its pool's free GPUs hold (unbounded without the limiter, or outside every pool)."""
-    if free is None or v.accelerator not in free:
-        return 2**31 - 1
-    return free[v.accelerator] // max(1, v.gpus_per_replica)
+    """Replicas `v` may still add: up to its maximum and, with the limiter on and `v` in a pool, no more than its
+    pool's free GPUs hold."""
+    room = v.max_replicas - v.current_replicas
+    if free is not None and v.accelerator in free:
+        room = min(room, free[v.accelerator] // max(1, v.gpus_per_replica))
+    return max(0, room)
 
 
 def _demand(g: _Group) -> float:

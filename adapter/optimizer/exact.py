@@ -25,12 +25,12 @@ made the program take the only free-able GPU from another model's running replic
 model A at zero needing 201 tokens, model B short by 202 on a full L4 pool; B gave up a 1,000-token replica
 so A could have one, leaving 1,202 unmet where greedy leaves 403).
 
-The allocation step bounds each request one way, as the greedy path moves (`allocate._one_way`): a scale-up
-only adds replicas, a scale-down only removes them. Re-solved from scratch each cycle, the program had swapped
-variants as the demand moved, and every replica it removed left at once while its replacement took minutes to
-start (9–54 % dearer than the greedy path on the benchmarks in closed loop); see docs/configuration.md
-(`optimizer: exact`). Solved with scipy.optimize.milp (HiGHS); a solver failure returns None and the caller
-falls back to the greedy allocation.
+The allocation step hands each request over one way, as the greedy path moves (`allocate._one_way`): a
+scale-up as the additions alone, a scale-down bounded at the current counts. Re-solved from scratch each cycle,
+the program had swapped variants as the demand moved, and every replica it removed left at once while its
+replacement took minutes to start (9–54 % dearer than the greedy path on the benchmarks in closed loop); see
+docs/configuration.md (`optimizer: exact`). Solved with scipy.optimize.milp (HiGHS); a solver failure returns None
+and the caller falls back to the greedy allocation.
 
 Deterministic: the solver's work is bounded by a number of branch-and-bound nodes per program
 (`MIP_NODE_LIMIT`), never by wall time, so the same input gives the same allocation on any machine and a

@@ -280,6 +280,11 @@ def test_cli_without_matplotlib_says_which_extra_to_install_before_simulating(
 IDLE_WAKE = REPO / "examples" / "scenarios" / "idle-wake.yaml"
 
 
+def played(raw: dict[str, Any], beside: Path) -> Simulation:
+    """An edited scenario (`raw`, its paths relative to the file `beside`) played by the default policy, seed 0."""
+    return run_scenario(scenario_module.parse(raw, base_dir=beside.parent), policy="wva-predictive", seed=0)
+
+
 def test_the_default_policy_scales_to_zero_when_idle_and_wakes_without_keeping_the_cold_start_in_its_headroom() -> None:
     """examples/scenarios/idle-wake.yaml played forward: idle from minute 10, the model is at zero replicas 5
     minutes later (the retention); 6 req/s from minute 30 wakes it within a cycle (the EPP's queue, pushed to
@@ -323,7 +328,7 @@ def test_a_model_found_all_at_zero_starts_one_replica_of_its_cheapest_variant_un
     for variant in raw["variants"]:
         variant["initial_replicas"] = 0
     raw["configmaps"] = []
-    sim = run_scenario(scenario_module.parse(raw, base_dir=IDLE_WAKE.parent), policy="wva-predictive", seed=0)
+    sim = played(raw, IDLE_WAKE)
     idle = [desired for t, desired in sim.cycles if t - sim.start_s < 600]
     assert len(idle) == 20
     assert all(desired == {"llama-8b-a100": 0, "llama-8b-l40s": 1} for desired in idle), idle
@@ -356,7 +361,7 @@ def test_the_gpu_limiter_shares_the_gpus_of_the_simulated_cluster(
     raw["configmaps"][0]["data"]["default"] += "enableLimiter: true\n"
     if nodes is not None:
         raw["nodes"] = nodes
-    sim = run_scenario(scenario_module.parse(raw, base_dir=DIURNAL.parent), policy="wva-predictive", seed=0)
+    sim = played(raw, DIURNAL)
     assert sim.summary["slo_attainment"] >= 0.99
     replicas_max = sim.summary["replicas_max"]
     if a100_max is None:
@@ -371,9 +376,9 @@ def test_the_exact_optimizer_in_closed_loop_costs_about_what_the_greedy_one_does
     variants as the demand moved (a rise took 3 A100s to 1 and 3 L40S to 5) and paid a cold start each time:
     $9.23 against the cost-aware path's $6.90 at the same 100 %. It now moves one way, as greedy does."""
     raw = yaml.safe_load(DIURNAL.read_text())
-    greedy = run_scenario(scenario_module.parse(raw, base_dir=DIURNAL.parent), policy="wva-predictive", seed=0)
+    greedy = played(raw, DIURNAL)
     raw["configmaps"][0]["data"]["default"] += "optimizer: exact\n"
-    exact = run_scenario(scenario_module.parse(raw, base_dir=DIURNAL.parent), policy="wva-predictive", seed=0)
+    exact = played(raw, DIURNAL)
     assert exact.summary["slo_attainment"] >= 0.99
     assert exact.summary["cost"] <= 1.1 * greedy.summary["cost"]
 
@@ -386,7 +391,7 @@ def test_a_shortfall_while_only_slow_replicas_start_is_bridged_by_the_fast_varia
     raw = yaml.safe_load(DIURNAL.read_text())
     raw["variants"][0]["startup_s"] = {"median": 600, "p90": 900}
     raw["variants"][1]["startup_s"] = {"median": 30, "p90": 60}
-    sim = run_scenario(scenario_module.parse(raw, base_dir=DIURNAL.parent), policy="wva-predictive", seed=0)
+    sim = played(raw, DIURNAL)
     assert sim.summary["slo_attainment"] >= 0.98
 
 
@@ -400,5 +405,5 @@ def test_an_unannounced_step_is_met_by_the_fast_variant_while_the_slow_one_start
     raw = yaml.safe_load(STEPS.read_text())
     raw["variants"][0]["startup_s"] = {"median": 600, "p90": 900}
     raw["variants"][1]["startup_s"] = {"median": 30, "p90": 60}
-    sim = run_scenario(scenario_module.parse(raw, base_dir=STEPS.parent), policy="wva-predictive", seed=0)
+    sim = played(raw, STEPS)
     assert sim.summary["slo_attainment"] >= 0.95

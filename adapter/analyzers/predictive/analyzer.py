@@ -418,7 +418,7 @@ def _measure(
     supply = sum(v.ready_replicas * v.per_replica_capacity for v in variants)
     anticipated = sum(v.current_replicas * v.per_replica_capacity for v in variants)
     required = max(0.0, demand.demand_rps - anticipated)
-    bridge = _bridge(variants, _speeds(startup), demand.arrival + demand.backlog / cfg.backlog_drain_time_s)
+    bridge = _bridge(variants, _speeds(startup), demand.arrival + demand.backlog_rps)
     if bridge is not None:
         variants, shortfall, note = bridge
         required = max(required, shortfall)
@@ -450,6 +450,8 @@ def _measure(
 class _Demand:
     arrival: float
     backlog: float
+    backlog_rps: float
+    """The backlog to drain, per second: backlog / `backlogDrainTime`."""
     demand_rps: float
     forecaster: Forecaster
     figures: Mapping[str, Any]
@@ -483,7 +485,7 @@ def _demand(
         "lead_s": round(lead_s or cfg.startup_time_s, 3),
         "demand_rps": round(demand, 6),
     }
-    return _Demand(arrival, backlog, demand, forecaster, figures, reported)
+    return _Demand(arrival, backlog, backlog_rps, demand, forecaster, figures, reported)
 
 
 def _load(arrival: float, ready: Mapping[str, int], at_slo: Mapping[str, float], headroom: float) -> float:
