@@ -195,8 +195,9 @@ async def run_demo(
             if not running():
                 break
             remaining_s = options.tick_s if deadline is None else min(options.tick_s, deadline - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, remaining_s))
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout: wait_for can swallow a cancel
+                async with asyncio.timeout(max(0.0, remaining_s)):
+                    await stop.wait()
         pace.report()
         print("demo: shutting down", file=out, flush=True)
     return 0

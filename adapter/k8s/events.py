@@ -402,8 +402,11 @@ class EventRecorder:
             except Exception:  # a bug here must not take serve down: Events are best effort
                 log.exception("writing Events failed")
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns a wait that finished in the same turn as a
+            # cancellation and swallows the cancellation, and this loop has no other way out.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=min(self.retry_s, self.finish_s / 4))
+                async with asyncio.timeout(min(self.retry_s, self.finish_s / 4)):
+                    await self._wake.wait()
 
     async def flush(self) -> None:
         """Write everything queued now (a write whose transport failed is requeued up to `max_attempts`)."""

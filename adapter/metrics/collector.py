@@ -281,7 +281,8 @@ class PrometheusCollector:
             raise PrometheusUnavailable("the Prometheus collector is closed")
         future = asyncio.get_running_loop().run_in_executor(self._executor, fn, arg)
         try:
-            return await asyncio.wait_for(future, timeout=self.timeout_s + DEADLINE_GRACE_S)
+            async with asyncio.timeout(self.timeout_s + DEADLINE_GRACE_S):  # not wait_for: it can swallow a cancel
+                return await future
         except TimeoutError as e:
             raise PrometheusUnavailable(f"no answer from {self.url} within {self.timeout_s:g} s") from e
 

@@ -270,8 +270,9 @@ class Reconciler:
         try:
             while not stop.is_set():
                 await self.run_cycle()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self._options.interval_s)
+                with contextlib.suppress(TimeoutError):  # asyncio.timeout: wait_for can swallow a cancel
+                    async with asyncio.timeout(self._options.interval_s):
+                        await stop.wait()
         finally:
             wake_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -284,7 +285,8 @@ class Reconciler:
             except Exception:
                 log.exception("scale-from-zero poll failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._options.wake_interval_s)
+                async with asyncio.timeout(self._options.wake_interval_s):
+                    await stop.wait()
 
 
 def decide_cycle(

@@ -7,6 +7,7 @@ cycle, counted in the audit log, and `kubectl describe va`): tests/e2e_k8s/test_
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -306,6 +307,22 @@ async def test_the_queue_is_bounded() -> None:
     assert recorder.stats.queue_full == 2
     await recorder.flush()
     assert recorder.stats.created == 3
+
+
+async def test_the_writer_stops_when_cancelled_as_an_event_arrives() -> None:
+    """A cancellation that lands in the same loop turn as a new Event must still end `run` (on 3.11,
+    `asyncio.wait_for` returned the finished wait and swallowed the cancellation: the writer looped on
+    and `serve` missed its shutdown budget)."""
+    sink, clocks = MemorySink(), Clocks()
+    recorder = _recorder(sink, clocks)
+    writer = asyncio.create_task(recorder.run())
+    for _ in range(3):
+        await asyncio.sleep(0)  # the writer is now waiting for work
+    _record(recorder)  # wakes the writer ...
+    writer.cancel()  # ... in the same turn as the cancellation
+    done, _ = await asyncio.wait({writer}, timeout=1.0)
+    assert writer in done, "the writer ignored its cancellation"
+    assert writer.cancelled()
 
 
 async def test_transport_errors_are_retried_then_dropped() -> None:
