@@ -238,6 +238,27 @@ def test_a_scrape_gap_does_not_read_as_a_drop_and_a_ramp() -> None:
     assert forecast["slope_rps_per_s"] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_after_a_burst_scale_down_keeps_room_for_the_next() -> None:
+    """A burst (4 → 30 req/s for 2 minutes) brought 5 replicas. Back at 4 req/s, no season known yet, the load has
+    risen from about 4 to 30 within a startup on most occasions seen: room for 30 req/s stays, and the decision says
+    why.
+    Once calm steps outnumber those occasions three to one, the spare replicas go."""
+    fleet = one_variant_fleet()
+    play(fleet, [4.0] * 12 + [30.0] * 4)
+    fleet.replicas["a100"] = 5
+    play(fleet, [4.0] * 6, start=16)
+    per_replica = fleet.last.analyses[MODEL].analysis["variants"]["a100"]["capacity_rps"] if fleet.last else 0.0
+    burst_replicas = math.ceil(30.0 / per_replica)
+    assert burst_replicas >= 3
+    assert fleet.desired()["a100"] >= burst_replicas  # room for the burst, not only for 4 req/s
+    assert any(n.startswith("scale-down keeps room for") for n in fleet.decision("a100").notes)
+    assert fleet.last is not None
+    assert fleet.last.analyses[MODEL].analysis["held_rps"] > 25.0
+    play(fleet, [4.0] * 40, start=22)
+    assert fleet.desired()["a100"] < burst_replicas
+    assert not any(n.startswith("scale-down keeps room for") for n in fleet.decision("a100").notes)
+
+
 # ---- overload ----------------------------------------------------------------------------------------------------
 
 

@@ -294,3 +294,40 @@ def test_a_dip_is_not_idle(before: list[float]) -> None:
     rise = [3.0, 4.5, 6.0]
     now_s = (len(before) + 2) * CFG.step_s
     assert fed(before + rise).peak(now_s, 300.0).slope_rps_per_s > 0.005
+
+
+# ---- the rise that recurs from the present rate (scale-down's hold) ---------------------------------------------
+
+
+def _calm(n: int, level: float = 4.0, seed: int = 1) -> list[float]:
+    return list(np.random.default_rng(seed).poisson(level * 60, n) / 60.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "low", "high"),
+    [
+        pytest.param(list(burst_series(60)), 24.0, 28.0, id="after-bursts-the-docstring-example"),
+        pytest.param(_calm(12) + [30.0] * 4 + _calm(20, seed=2), 24.0, 28.0, id="one-burst-held-soon-after"),
+        pytest.param(_calm(12) + [30.0] * 4 + _calm(60, seed=2), 0.0, 0.0, id="one-burst-diluted-by-calm-steps"),
+        pytest.param([4.0] * 15 + [24.0] * 30, 0.0, 0.0, id="a-step-holds-nothing-at-its-top"),
+        pytest.param([4.0 + 0.1 * i for i in range(60)], 0.0, 0.0, id="a-ramp-rises-less-than-the-rate"),
+        pytest.param([4.0] * 60, 0.0, 0.0, id="flat"),
+        pytest.param(_calm(12) + [30.0, 30.0] + [4.0] * 2, 0.0, 0.0, id="too-few-occasions-with-a-lead-after"),
+        pytest.param([*burst_series(60), 12.0], 0.0, 0.0, id="no-occasion-near-the-present"),
+    ],
+)
+def test_recurring_rise(values: list[float], low: float, high: float) -> None:
+    """Lead 300 s = 10 steps. Bursts to 30 over ~4, one every 30 steps (at 10 and 40), the last ended 16 steps ago:
+    of the ~40 occasions near 4 with a lead after them, the 10 before each burst rose ~26 ⇒ the 75th percentile is
+    ~26 (the docstring's example). One burst is held while its 10 occasions are over a quarter of those near 4."""
+    rise = fed(values).recurring_rise(300.0)
+    assert low <= rise <= high
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(0.0, 1e4, allow_nan=False), min_size=0, max_size=120), st.floats(0.0, 1200.0))
+def test_recurring_rise_is_finite_non_negative_and_below_the_history_peak(values: list[float], lead_s: float) -> None:
+    f = fed(values)
+    rise = f.recurring_rise(lead_s)
+    assert math.isfinite(rise)
+    assert 0.0 <= rise <= max(f.values, default=0.0)

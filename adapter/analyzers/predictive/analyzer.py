@@ -24,7 +24,8 @@ Per model, each cycle (read from the top):
                               zero-capacity placeholder: never chosen)
         8. signal             supply = Σ ready_v·c_v, anticipated = Σ current_v·c_v
                               required = max(0, D − anticipated)
-                              spare    = max(0, supply − D·(1 + SPARE_MARGIN))
+                              spare    = max(0, supply − held·(1 + SPARE_MARGIN)),
+                              held     = max(D, Σλ + recurring rise + B / backlogDrainTime) (`_held`)
         9. bridge             short now while only slow-starting replicas are in flight: the shortfall is bought
                               from the variants that start fast (`_bridge`)
 
@@ -35,7 +36,9 @@ running ⇒ anticipated 12.3 ⇒ required 2.2 req/s ⇒ the allocation step adds
 The demand comes from arrivals and the backlog, never from what is served: an overloaded model whose pods
 complete less than arrives still shows its arrival rate and a growing queue, so it is sized for both within one
 cycle. Scale-down needs the demand to fit with `SPARE_MARGIN` to spare *and* covers the forecast over a startup:
-a replica the forecast needs back before a new one could start is kept. A variant at zero replicas has the
+a replica the forecast needs back before a new one could start is kept, and so is room for a rise the history
+shows recurring from the present rate within a startup (`Forecaster.recurring_rise`: bursts before their period is
+known, a load that bursts without one). A variant at zero replicas has the
 capacity its profile (or remembered filter) gives it, so the allocation step can start it when it is the
 cheaper way to meet the SLO.
 
@@ -45,7 +48,8 @@ target lies between two bucket edges and the attainment the edges allow is on bo
 `sloAttainmentTarget`, the analysis and the notes give that bracket and ask for an edge at the target.
 
 `analysis` (replay, explain): `slo`, `demand{arrival_rps, backlog, backlog_rps, forecast{…}, lead_s, demand_rps}`,
-`headroom{value, measured_attainment, target, hold, bucket_bracket}`, per variant `alpha, beta, gamma, params_source,
+`headroom{value, measured_attainment, target, hold, bucket_bracket}`, `held_rps` (when a recurring rise holds more
+than D), per variant `alpha, beta, gamma, params_source,
 max_rps_per_replica` (λ* at the tightened targets), `capacity_rps` (÷ H), `startup_p90_s`, `advice`, and the
 model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_capacity`, `bridge_rps` (while
 bridging).
@@ -424,7 +428,14 @@ def _measure(
         required = max(required, shortfall)
         notes.append(note)
         figures["bridge_rps"] = round(shortfall, 6)
-    spare = max(0.0, supply - demand.demand_rps * (1.0 + SPARE_MARGIN))
+    held_rps = _held(demand, supply)
+    spare = max(0.0, supply - held_rps * (1.0 + SPARE_MARGIN))
+    if held_rps > demand.demand_rps:
+        figures["held_rps"] = round(held_rps, 6)
+        notes.append(
+            f"scale-down keeps room for {held_rps:.3g} req/s: from about {demand.arrival:.3g} req/s the load has "
+            f"risen that far within a startup again and again"
+        )
     figures |= {
         "total_arrival_rps": round(demand.arrival, 6),
         "total_supply_rps": round(supply, 6),
@@ -486,6 +497,19 @@ def _demand(
         "demand_rps": round(demand, 6),
     }
     return _Demand(arrival, backlog, backlog_rps, demand, forecaster, figures, reported)
+
+
+def _held(demand: _Demand, supply: float) -> float:
+    """The demand scale-down must leave room for (req/s): D, or the present rate plus the rise that recurs from
+    it within a lead (`Forecaster.recurring_rise`) plus the backlog's drain, whichever is higher. Only asked when
+    the supply exceeds D at all: the history scan is the one per-model step that reads the whole history.
+
+    Example: bursts to 30 req/s over 4, none foreseen by a season yet: D = 4.5 after a burst, the recurring rise
+    26 ⇒ held 30 req/s, so the replicas the last burst brought stay for the next."""
+    if supply <= demand.demand_rps * (1.0 + SPARE_MARGIN):
+        return demand.demand_rps
+    rise = demand.forecaster.recurring_rise(float(demand.figures["lead_s"]))
+    return max(demand.demand_rps, demand.arrival + rise + demand.backlog_rps)
 
 
 def _load(arrival: float, ready: Mapping[str, int], at_slo: Mapping[str, float], headroom: float) -> float:
