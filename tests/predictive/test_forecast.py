@@ -331,3 +331,36 @@ def test_recurring_rise_is_finite_non_negative_and_below_the_history_peak(values
     rise = f.recurring_rise(lead_s)
     assert math.isfinite(rise)
     assert 0.0 <= rise <= max(f.values, default=0.0)
+
+
+def _two_bursts_then(onset: list[float]) -> list[float]:
+    """Calm ~4 req/s with bursts to 30 at steps 12 and 35 (too irregular for a period), then `onset`."""
+    values = _calm(70)
+    for start in (12, 35):
+        values[start : start + 4] = [30.0] * 4
+    return values + onset
+
+
+@pytest.mark.parametrize(
+    "onset", [pytest.param([10.0, 20.0, 30.0], id="three-steps-in"), pytest.param([15.0, 28.0], id="two-steps-in")]
+)
+def test_a_rise_seen_before_is_extrapolated_only_to_where_it_went(onset: list[float]) -> None:
+    """The same onset, extrapolated ~41-48 req/s the first time, is held at where the earlier bursts went
+    (30 × 1.1 = 33) when the history has seen it; the present is never cut."""
+    seen = fed(_two_bursts_then(onset))
+    forecast = seen.peak(seen.last_s or 0.0, 300.0)
+    assert forecast.period_s is None  # the ceiling, not a season, is what holds it
+    assert forecast.seen_rise_rps == pytest.approx(33.0, abs=1.5)
+    assert onset[-1] <= forecast.trend_rps <= forecast.seen_rise_rps
+    assert forecast.as_dict()["seen_rise_rps"] == pytest.approx(forecast.seen_rise_rps, abs=1e-3)
+    first = fed(_calm(70) + onset)
+    unseen = first.peak(first.last_s or 0.0, 300.0)
+    assert unseen.seen_rise_rps is None
+    assert unseen.trend_rps > 40.0  # a rise never seen keeps its slope: its overshoot drains a step's backlog
+
+
+def test_a_rise_beyond_where_it_went_before_keeps_its_slope() -> None:
+    seen = fed(_two_bursts_then([20.0, 45.0]))
+    forecast = seen.peak(seen.last_s or 0.0, 300.0)
+    assert forecast.seen_rise_rps is None
+    assert forecast.trend_rps > 45.0

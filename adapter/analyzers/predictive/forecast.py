@@ -43,6 +43,10 @@ up after the burst had ended.
 Example: bursts every 900 s at a 30-s step ⇒ P = 30; 300 s before the next burst (k = 10), the value
 30 − 10 = 20 steps ago is the last burst's.
 
+**A rise seen before** (`_seen_rise`): without a season that foresaw it, a rise the history has seen recur from
+where this one started (`recurring_rise`'s statistic) is extrapolated only to where it went, × 1.1; a rise seen
+for the first time, or beyond the last, keeps its slope.
+
 **Out of idle** (`IDLE_STEPS`): the first rate after a minute of zeros resets the trend state (level = that rate,
 slope 0): the rise out of zero is a wake, not a trend to extrapolate.
 
@@ -150,6 +154,8 @@ class Forecast:
     points: int
     rise_foreseen: bool = False
     """The season foresaw the present rise, so the trend was not extrapolated by its slope (`_explained`)."""
+    seen_rise_rps: float | None = None
+    """Where the present rise went when it was seen before: the trend's ceiling (`_seen_rise`); None otherwise."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -163,6 +169,7 @@ class Forecast:
             "lead_s": self.lead_s,
             "points": self.points,
             "rise_foreseen": self.rise_foreseen,
+            "seen_rise_rps": None if self.seen_rise_rps is None else round(self.seen_rise_rps, 4),
         }
 
 
@@ -211,31 +218,7 @@ class Forecaster:
         ~0.5) ⇒ the 75th percentile is 26 ≥ 1 × 4 ⇒ 26 req/s: scale-down keeps capacity for 4 + 26 = 30 req/s."""
         steps = max(1, math.ceil(max(lead_s, 0.0) / self.config.step_s))
         values = self.values[-RISE_WINDOW:]
-        n = len(values)
-        if n <= steps + RISE_MIN_OCCASIONS:
-            return 0.0
-        present = values[-1]
-        band = RISE_BAND * max(present, 1.0)
-        # No occasion near the present can rise by the material amount when even the history's peak is too low:
-        # most cycles of a steady load end here, before any array is built.
-        if max(values) - (present - band) < max(RISE_MATERIAL * present, 1e-12):
-            return 0.0
-        y = np.fromiter(values, dtype=np.float64, count=n)
-        m = n - steps  # occasions with a full lead after them
-        ahead = y[1 : m + 1].copy()
-        for k in range(2, steps + 1):  # the running max over the lead: `steps` vector maxima, no window copies
-            np.maximum(ahead, y[k : m + k], out=ahead)
-        base = y[:m]
-        near = np.abs(base - present) <= band
-        count = int(np.count_nonzero(near))
-        if count < RISE_MIN_OCCASIONS:
-            return 0.0
-        rises = np.sort(np.maximum(ahead[near] - base[near], 0.0))
-        position = RISE_QUANTILE * (count - 1)  # the quantile as numpy's default (linear) computes it
-        low = math.floor(position)
-        high = min(low + 1, count - 1)
-        rise = float(rises[low] + (rises[high] - rises[low]) * (position - low))
-        return rise if rise > 0 and rise >= RISE_MATERIAL * present else 0.0
+        return _rise_from(values, values[-1], steps) if values else 0.0
 
     def observe(self, now_s: float, rate_rps: float) -> Forecaster:
         """One cycle's arrival rate. A non-finite or negative rate is ignored (the history stays as it was).
@@ -310,8 +293,11 @@ class Forecaster:
         ahead = range(max(offset, 1), horizon + 1)
         seasonal = self._seasonal(offset, horizon)
         foreseen = slope > 0 and seasonal is not None and self._explained(current, offset)
+        seen = self._seen_rise(current, horizon - offset) if slope > 0 and not foreseen else None
         extrapolated = 0.0 if foreseen else slope  # the season foresaw the rise: its forecast carries it
         trend = max([current, *(trend_upper(level, extrapolated, sigma, k, cfg.z) for k in ahead)])
+        if seen is not None:  # a rise seen before: extrapolated fast, but not past where it went
+            trend = min(trend, max(current, seen))
         peak = max(trend, seasonal or 0.0, current)
         cap = cfg.cap_ratio * max(*self.values, 1e-09)
         peak = min(max(peak, 0.0), cap)
@@ -326,6 +312,7 @@ class Forecaster:
             lead_s=lead_s,
             points=len(self.values),
             rise_foreseen=foreseen,
+            seen_rise_rps=seen,
         )
 
     def _explained(self, current: float, offset: int) -> bool:
@@ -334,6 +321,33 @@ class Forecaster:
         of a day) and extrapolating it would count the rise twice; a rise beyond the season keeps the slope."""
         now = self._seasonal(offset, offset)
         return now is not None and current <= now * (1.0 + SEASON_TOLERANCE)
+
+    def _seen_rise(self, current: float, steps: int) -> float | None:
+        """Where a rise under way went before, when the history has seen it recur; else None.
+
+        The rise started from the lowest rate of the last lead, s; when the present rate is at least
+        (1 + `RISE_MATERIAL`)·s and, over the history before that lead (so the rise under way does not count
+        itself), the rise that recurs from s (`_rise_from`) reached about the present, the answer is
+        (s + that rise)·(1 + `SEASON_TOLERANCE`): the trend may extrapolate up to there, not beyond. Without it
+        every onset of a burst seen before read as a trend to ~50 req/s, and the replicas ordered for it came up
+        after the 2-minute burst ended (bursts 9 % dearer). A rise seen for the first time keeps its slope: its
+        overshoot is what drains the backlog a step builds while replicas start (section "Trend" above).
+
+        Example: bursts from 4 to 30 req/s, seen before; one step into the next, the rate reads 17 (the rate window
+        catching up) and the slope extrapolates ~45 ⇒ s = 4, the recurring rise from 4 is 26 ⇒ the trend is held
+        at 30 × 1.1 = 33 req/s."""
+        if steps < 1:
+            return None
+        values = self.values[-(RISE_WINDOW + steps) :]
+        if len(values) <= 2 * steps + RISE_MIN_OCCASIONS:
+            return None
+        start = min(values[-steps - 1 :])
+        if current < (1.0 + RISE_MATERIAL) * start:
+            return None  # not a rise the recurring rise would hold for
+        rise = _rise_from(values[:-steps], start, steps)
+        if rise > 0 and current <= (start + rise) * (1.0 + SEASON_TOLERANCE):
+            return (start + rise) * (1.0 + SEASON_TOLERANCE)
+        return None
 
     def _seasonal(self, first: int, horizon: int) -> float | None:
         period = self.period_steps
@@ -403,6 +417,34 @@ class Forecaster:
             errors=tuple(float(e) for e in errors[-ERROR_WINDOW:]),
             period_steps=period,
         )
+
+
+def _rise_from(values: Sequence[float], present: float, steps: int) -> float:
+    """`Forecaster.recurring_rise` from the rate `present` over `values`, a lead of `steps` (its docstring)."""
+    n = len(values)
+    if n <= steps + RISE_MIN_OCCASIONS:
+        return 0.0
+    band = RISE_BAND * max(present, 1.0)
+    # No occasion near the present can rise by the material amount when even the history's peak is too low: most
+    # cycles of a steady load end here, before any array is built.
+    if max(values) - (present - band) < max(RISE_MATERIAL * present, 1e-12):
+        return 0.0
+    y = np.fromiter(values, dtype=np.float64, count=n)
+    m = n - steps  # occasions with a full lead after them
+    ahead = y[1 : m + 1].copy()
+    for k in range(2, steps + 1):  # the running max over the lead: `steps` vector maxima, no window copies
+        np.maximum(ahead, y[k : m + k], out=ahead)
+    base = y[:m]
+    near = np.abs(base - present) <= band
+    count = int(np.count_nonzero(near))
+    if count < RISE_MIN_OCCASIONS:
+        return 0.0
+    rises = np.sort(np.maximum(ahead[near] - base[near], 0.0))
+    position = RISE_QUANTILE * (count - 1)  # the quantile as numpy's default (linear) computes it
+    low = math.floor(position)
+    high = min(low + 1, count - 1)
+    rise = float(rises[low] + (rises[high] - rises[low]) * (position - low))
+    return rise if rise > 0 and rise >= RISE_MATERIAL * present else 0.0
 
 
 def trend_upper(level: float, slope: float, sigma: float, k: int, z: float) -> float:
