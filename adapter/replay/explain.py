@@ -234,6 +234,11 @@ def _predictive_lines(analysis: Mapping[str, Any]) -> list[str]:
         season = f"period {_fmt(period)} s, seasonal {_fmt(seasonal)} req/s" if period else "no period"
         if forecast.get("rise_foreseen"):
             season += " (the season foresaw the present rise: the slope is not extrapolated)"
+        if forecast.get("seen_rise_rps") is not None:
+            season += (
+                f" (a rise seen before: the trend extrapolated to at most {_fmt(forecast.get('seen_rise_rps'))} req/s,"
+                " where it went)"
+            )
         lines.append(
             f"    Demand: {_fmt(demand.get('demand_rps'))} req/s = max(arrivals {_fmt(demand.get('arrival_rps'))}, "
             f"forecast peak {_fmt(forecast.get('peak_rps'))} over the lead {_fmt(demand.get('lead_s'))} s) + backlog "
@@ -243,6 +248,11 @@ def _predictive_lines(analysis: Mapping[str, Any]) -> list[str]:
             f"    Forecast: trend {_fmt(forecast.get('trend_rps'))} req/s (level {_fmt(forecast.get('level_rps'))}, "
             f"slope {_fmt(forecast.get('slope_rps_per_s'))} req/s per s, σ {_fmt(forecast.get('sigma_rps'))}), "
             + f"{season}; {forecast.get('points')} points of history"
+        )
+    if analysis.get("held_rps") is not None:
+        lines.append(
+            f"    Scale-down keeps room for {_fmt(analysis.get('held_rps'))} req/s: from about the present rate the "
+            "load has risen that far within a startup again and again"
         )
     headroom = analysis.get("headroom")
     if isinstance(headroom, Mapping):

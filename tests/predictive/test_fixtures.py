@@ -58,3 +58,20 @@ def test_explain_tells_the_bucket_bracket_of_the_attainment(bracket: list[float]
     headroom = {"value": 1.6, "measured_attainment": 0.975, "completions_in_window": 900.0, "target": 0.99}
     lines = explain_module._predictive_lines({"headroom": {**headroom, "bucket_bracket": bracket}})
     assert any(expected in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("analysis", "expected"),
+    [
+        pytest.param(
+            {"demand": {"forecast": {"seen_rise_rps": 33.0, "points": 60}}},
+            "(a rise seen before: the trend extrapolated to at most 33 req/s, where it went)",
+            id="seen-rise",
+        ),
+        pytest.param({"held_rps": 30.0}, "Scale-down keeps room for 30 req/s: from about the present rate", id="held"),
+    ],
+)
+def test_explain_tells_the_recurring_rise(analysis: dict[str, object], expected: str) -> None:
+    lines = explain_module._predictive_lines(analysis)
+    assert any(expected in line for line in lines), lines
+    assert not any("rise seen before" in line or "keeps room" in line for line in explain_module._predictive_lines({}))
