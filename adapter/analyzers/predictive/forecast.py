@@ -102,6 +102,10 @@ RISE_WINDOW = 240
 """`recurring_rise`: the quantile of the rises seen from about the present rate (within ±`RISE_BAND` of it, at least
 `RISE_MIN_OCCASIONS` occasions among the last `RISE_WINDOW` steps, 2 h), kept only when it at least doubles the present
 rate (`RISE_MATERIAL` × the rate)."""
+NOISE_RATIO = 2.0
+"""A period's values must spread over at least this many times the series' step noise (`_step_noise`): 30 steps
+of Poisson noise at 1 req/s once read as a 12-step period (r ≥ 0.7 over 18 steps, the back-test passed by chance;
+a hypothesis seed found it)."""
 BACKTEST_MARGIN = 0.8
 AMPLITUDE_RATIO = 3.0
 """A repeat's spread over the back-tested window is within this factor of the spread one period before (`_repeats`)."""
@@ -561,7 +565,8 @@ def _repeats(raw: np.ndarray, period: int) -> bool:
     `min(period − 1, PERSISTENCE_STEPS)` steps before does (mean absolute error, by `BACKTEST_MARGIN`).
 
     Why both: a step up, detrended, looks like two teeth of a saw, and predicted by its own past period it is
-    wrong by the step; and Pearson's correlation is blind to scale, so over a short overlap one burst (std 8 req/s)
+    wrong by the step; their spread must also stand `NOISE_RATIO` × the step noise above it (`_step_noise`); and
+    Pearson's correlation is blind to scale, so over a short overlap one burst (std 8 req/s)
     can correlate at 0.9 with base-load noise (std 0.5) one "period" later — no repeat at all, and the seasonal
     forecast would copy the burst into a quiet future. Example: one 30 req/s burst at steps 10–13 of a 31-step
     4 req/s series "repeats" at lag 19 (r ≥ 0.9): the spreads are 8.3 and 0.5 ⇒ rejected."""
@@ -573,10 +578,21 @@ def _repeats(raw: np.ndarray, period: int) -> bool:
     spreads = float(np.std(raw[window])), float(np.std(before))
     if min(spreads) <= 0 or max(spreads) > AMPLITUDE_RATIO * min(spreads):
         return False
+    if min(spreads) < NOISE_RATIO * _step_noise(raw):
+        return False  # the "repeat" varies no more than the series does from one step to the next: noise
     lag = min(period - 1, PERSISTENCE_STEPS)
     seasonal = float(np.mean(np.abs(raw[window] - before)))
     persistence = float(np.mean(np.abs(raw[window] - raw[window - lag])))
     return seasonal < BACKTEST_MARGIN * persistence
+
+
+def _step_noise(raw: np.ndarray) -> float:
+    """The series' noise: σ of one value, from the median absolute one-step change (1.4826 · median |Δy| / √2), which
+    the rare steps of a burst's edges do not move. Example: Poisson counts of 60 a minute (σ 0.13 req/s at 1 req/s)
+    ⇒ ≈ 0.13."""
+    if raw.size < 2:
+        return 0.0
+    return 1.4826 * float(np.median(np.abs(np.diff(raw)))) / math.sqrt(2.0)
 
 
 def _number(data: Mapping[str, Any], key: str, *, signed: bool = False) -> float:
