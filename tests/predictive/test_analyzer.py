@@ -241,8 +241,7 @@ def test_a_scrape_gap_does_not_read_as_a_drop_and_a_ramp() -> None:
 def test_after_a_burst_scale_down_keeps_room_for_the_next() -> None:
     """A burst (4 → 30 req/s for 2 minutes) brought 5 replicas. Back at 4 req/s, no season known yet, the load has
     risen from about 4 to 30 within a startup on most occasions seen: room for 30 req/s stays, and the decision says
-    why.
-    Once calm steps outnumber those occasions three to one, the spare replicas go."""
+    why. Once calm steps outnumber those occasions three to one, the spare replicas go."""
     fleet = one_variant_fleet()
     play(fleet, [4.0] * 12 + [30.0] * 4)
     fleet.replicas["a100"] = 5

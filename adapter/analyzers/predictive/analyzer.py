@@ -463,6 +463,8 @@ class _Demand:
     backlog: float
     backlog_rps: float
     """The backlog to drain, per second: backlog / `backlogDrainTime`."""
+    lead_s: float
+    """The lead the forecast covered (the variants' longest, else `startupTime`)."""
     demand_rps: float
     forecaster: Forecaster
     figures: Mapping[str, Any]
@@ -485,7 +487,8 @@ def _demand(
     reported = _arrivals_reported(model)
     if reported:
         forecaster = forecaster.observe(now_s, arrival)
-    forecast = forecaster.peak(now_s, lead_s or cfg.startup_time_s)
+    lead_s = lead_s or cfg.startup_time_s
+    forecast = forecaster.peak(now_s, lead_s)
     backlog_rps = backlog / cfg.backlog_drain_time_s
     demand = max(arrival, forecast.peak_rps) + backlog_rps
     figures = {
@@ -493,10 +496,10 @@ def _demand(
         "backlog": round(backlog, 3),
         "backlog_rps": round(backlog_rps, 6),
         "forecast": forecast.as_dict(),
-        "lead_s": round(lead_s or cfg.startup_time_s, 3),
+        "lead_s": round(lead_s, 3),
         "demand_rps": round(demand, 6),
     }
-    return _Demand(arrival, backlog, backlog_rps, demand, forecaster, figures, reported)
+    return _Demand(arrival, backlog, backlog_rps, lead_s, demand, forecaster, figures, reported)
 
 
 def _held(demand: _Demand, supply: float) -> float:
@@ -508,7 +511,7 @@ def _held(demand: _Demand, supply: float) -> float:
     26 ⇒ held 30 req/s, so the replicas the last burst brought stay for the next."""
     if supply <= demand.demand_rps * (1.0 + SPARE_MARGIN):
         return demand.demand_rps
-    rise = demand.forecaster.recurring_rise(float(demand.figures["lead_s"]))
+    rise = demand.forecaster.recurring_rise(demand.lead_s)
     return max(demand.demand_rps, demand.arrival + rise + demand.backlog_rps)
 
 

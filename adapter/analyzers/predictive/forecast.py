@@ -489,7 +489,7 @@ def robust_sigma(errors: tuple[float, ...], variance: float) -> float:
     Example: errors −1, 0.5, 2, −0.5, 30 (a burst) ⇒ median |e| = 1 ⇒ σ = 1.48 (the EWMA would say ~9)."""
     if len(errors) < MIN_ERRORS:
         return math.sqrt(max(variance, 0.0))
-    return 1.4826 * float(np.median(np.abs(np.asarray(errors))))
+    return _mad_sigma(np.asarray(errors))
 
 
 def detect_period(values: np.ndarray, config: ForecastConfig) -> int | None:
@@ -553,7 +553,7 @@ def _clipped(raw: np.ndarray) -> np.ndarray:
     two ends' residuals were two parallel slopes, correlating at 0.91 over 17 steps — a period made of noise.
     Example: 17 ± 0.8 req/s with 102 at four steps ⇒ median 17.0, σ 0.79 ⇒ the burst is fitted as 19.3."""
     median = float(np.median(raw))
-    sigma = 1.4826 * float(np.median(np.abs(raw - median)))
+    sigma = _mad_sigma(raw - median)
     clipped: np.ndarray = np.clip(raw, median - CLIP_SIGMAS * sigma, median + CLIP_SIGMAS * sigma)
     return clipped
 
@@ -586,13 +586,19 @@ def _repeats(raw: np.ndarray, period: int) -> bool:
     return seasonal < BACKTEST_MARGIN * persistence
 
 
+def _mad_sigma(deviations: np.ndarray) -> float:
+    """1.4826 · median |x| of deviations centred on 0: the σ of a normal with that median absolute deviation
+    (`robust_sigma`, `_clipped` and `_step_noise` each measure a spread so that a burst's few values do not move it)."""
+    return 1.4826 * float(np.median(np.abs(deviations)))
+
+
 def _step_noise(raw: np.ndarray) -> float:
     """The series' noise: σ of one value, from the median absolute one-step change (1.4826 · median |Δy| / √2), which
     the rare steps of a burst's edges do not move. Example: Poisson counts of 60 a minute (σ 0.13 req/s at 1 req/s)
     ⇒ ≈ 0.13."""
     if raw.size < 2:
         return 0.0
-    return 1.4826 * float(np.median(np.abs(np.diff(raw)))) / math.sqrt(2.0)
+    return _mad_sigma(np.diff(raw)) / math.sqrt(2.0)
 
 
 def _number(data: Mapping[str, Any], key: str, *, signed: bool = False) -> float:
