@@ -42,6 +42,73 @@ def _converged(seed: int = 0) -> tuple[ekf.FilterState, random.Random]:
     return state, rng
 
 
+# ---- the measurement function, evaluated in one vectorised solve ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("true", "fraction", "i", "o", "n"),
+    [
+        pytest.param(TRUE, 0.3, 512, 128, 64, id="moderate"),
+        pytest.param((9.5, 0.066, 8e-5), 0.9, 1155, 300, 256, id="busy-a100"),
+        pytest.param((55.0, 0.17, 6e-4), 0.05, 2048, 16, 8, id="light-l4"),
+    ],
+)
+def test_linearise_is_h_and_its_central_differences(true, fraction, i, o, n) -> None:
+    """`linearise` solves θ and its six probes as seven rows of one solve; each row must equal `measure` (one
+    model at a time) at the same point, and the Jacobian the central difference of those."""
+    env = _exact(true, fraction, i, o, n)
+    theta = np.log(np.array(true)) + np.array([0.05, -0.03, 0.02])
+    hx, h = ekf.linearise(theta, env)
+    assert hx is not None
+    assert h is not None
+    assert hx == pytest.approx(ekf.measure(np.exp(theta), env), rel=1e-12)
+    for j in range(3):
+        step = np.zeros(3)
+        step[j] = ekf.JACOBIAN_STEP
+        up, down = ekf.measure(np.exp(theta + step), env), ekf.measure(np.exp(theta - step), env)
+        assert up is not None
+        assert down is not None
+        assert h[:, j] == pytest.approx((up - down) / (2 * ekf.JACOBIAN_STEP), rel=1e-9, abs=1e-9)
+
+
+def test_linearise_without_an_answer_at_a_probe() -> None:
+    """λ at 0.999 of the top rate: with α 1 % higher the model cannot serve it (no h, no Jacobian); with α 0.5 %
+    lower it can, but not at α's upper probe (+1 % from there): h without a Jacobian."""
+    env = _exact(TRUE, 0.999, 512, 128, 64)
+    theta = np.log(np.array(TRUE))
+    hx, h = ekf.linearise(theta + np.array([0.0099, 0.0, 0.0]), env)  # α up 1 %: the top rate falls below λ
+    assert hx is None
+    assert h is None
+    hx, h = ekf.linearise(theta - np.array([0.005, 0.0, 0.0]), env)  # θ serves it, θ + step does not
+    assert hx is not None
+    assert h is None
+    assert ekf.jacobian(theta - np.array([0.005, 0.0, 0.0]), env) is None
+
+
+def test_predict_groups_pods_by_batch_limit() -> None:
+    """The fit's residuals come from one solve per batch limit; each row equals `measure` for its own pod."""
+    from adapter.analyzers.queueing.ekf import _predict
+
+    envs = [_exact(TRUE, f, i, o, n) for f, i, o, n in ((0.2, 512, 128, 64), (0.6, 900, 50, 32), (0.4, 256, 300, 64))]
+    envs.append(ekf.Environment(1e6, 512, 128, 64, 100.0, 20.0))  # beyond the model at any plausible x
+    x = np.array(TRUE)
+    h, max_rps = _predict(x, envs)
+    for row, env in enumerate(envs[:3]):
+        assert h[row] == pytest.approx(ekf.measure(x, env), rel=1e-12)
+        assert max_rps[row] == pytest.approx(
+            QueueModel(
+                ServiceParams(*TRUE),
+                RequestSize(env.input_tokens, env.output_tokens),
+                max_batch=env.max_batch,
+                max_queue=ekf.QUEUE_TO_BATCH * env.max_batch,
+            ).rate_range_rps.max_rps,
+            rel=1e-12,
+        )
+    assert np.isnan(h[3]).all()
+    assert math.isfinite(max_rps[3])
+    assert max_rps[3] < 1e6
+
+
 # ---- recovery --------------------------------------------------------------------------------------------------
 
 

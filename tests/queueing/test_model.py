@@ -116,6 +116,176 @@ def test_log_space_solution_matches_upstream_rescaling(fraction, n, q):
     assert m.throughput_rps == pytest.approx(x, rel=1e-9)
 
 
+def full_chain_reference(qm: QueueModel, rate_rps: float) -> tuple[float, float, float, float]:
+    """Every state of 0..N+Q summed element by element in log space (the solve before the closed-form tail):
+    (TTFT, ITL, avgNumInServers, throughput_rps)."""
+    mu = qm.service_rates_per_ms
+    n_max, k = qm.max_batch, qm.max_batch + qm.max_queue
+    lam = rate_rps / 1000.0
+    log_mu = np.log(mu[np.minimum(np.arange(k), n_max - 1)])
+    states = np.arange(k + 1, dtype=np.float64)
+    log_p = states * math.log(lam) - np.concatenate(([0.0], np.cumsum(log_mu)))
+    p = np.exp(log_p - log_p.max())
+    p /= math.fsum(p)
+    in_servers = math.fsum(states[1 : n_max + 1] * p[1 : n_max + 1]) + n_max * math.fsum(p[n_max + 1 :])
+    x = lam * (1.0 - p[-1])
+    s = in_servers / x
+    w = max(math.fsum(states * p) / x - s, 0.0)
+    prefill = float(qm._prefill_time(np.array([in_servers]))[0])
+    itl = (s - prefill) / qm.request.output_tokens
+    return w + prefill + itl, itl, in_servers, x * 1000
+
+
+@given(
+    qm=st.builds(
+        model,
+        alpha=st.floats(min_value=1, max_value=100),
+        beta=st.floats(min_value=0, max_value=1),
+        gamma=st.floats(min_value=0, max_value=0.01),
+        i=st.floats(min_value=0, max_value=8192),
+        o=st.floats(min_value=1, max_value=2048),
+        n=st.integers(min_value=1, max_value=256),
+        q=st.sampled_from([0, 1, 2, 7, 100, 640, 2560]),
+    ),
+    f=st.one_of(st.floats(min_value=1e-3, max_value=1.0), st.floats(min_value=0.995, max_value=1.0)),
+)
+@settings(max_examples=200, deadline=None)
+def test_closed_form_tail_matches_every_state_summed(qm, f):
+    """The queue's Q states summed as a geometric series (module docstring) agree with summing all of them: near
+    r = 1 (rates at the top of the range, where the tail is summed term by term), above and below it. At the lowest
+    rates ITL = (S − prefill)/O cancels most digits of S in either method, hence rates from 1e-3 of the top."""
+    rate = qm.rate_range_rps.max_rps * f
+    m = qm.analyze(rate)
+    ttft, itl, in_servers, x = full_chain_reference(qm, rate)
+    assert m.ttft_ms == pytest.approx(ttft, rel=1e-9)
+    assert m.itl_ms == pytest.approx(itl, rel=1e-9)
+    assert m.avg_batch == pytest.approx(in_servers, rel=1e-9)
+    assert m.throughput_rps == pytest.approx(x, rel=1e-11)
+
+
+@pytest.mark.parametrize(
+    ("y", "terms", "mass", "first"),
+    [
+        pytest.param(math.log(0.5), 3, 1.75, 1.0, id="docstring-r-half"),
+        pytest.param(0.0, 4, 4.0, 6.0, id="r-one-term-by-term"),
+        pytest.param(-1e-9, 1000, 1000.0, 499_500.0, id="near-one-term-by-term"),
+        pytest.param(-50.0, 2560, 1.0, math.exp(-50.0), id="steep"),
+        pytest.param(math.log(0.9), 1, 1.0, 0.0, id="one-term"),
+    ],
+)
+def test_geometric_sums(y, terms, mass, first):
+    from adapter.analyzers.queueing.model import _geometric
+
+    g, g1 = _geometric(y, terms)
+    assert g == pytest.approx(mass, rel=1e-6)
+    assert g1 == pytest.approx(first, rel=1e-6, abs=1e-300)
+
+
+@given(y=st.floats(min_value=-60.0, max_value=0.0), terms=st.integers(min_value=1, max_value=3000))
+@settings(max_examples=200, deadline=None)
+def test_geometric_closed_form_matches_the_sum(y, terms):
+    from adapter.analyzers.queueing.model import _geometric
+
+    k = np.arange(terms, dtype=np.float64)
+    e = np.exp(k * y)
+    g, g1 = _geometric(y, terms)
+    assert g == pytest.approx(math.fsum(e), rel=1e-12)
+    assert g1 == pytest.approx(math.fsum(k * e), rel=1e-11, abs=1e-300)
+
+
+@pytest.mark.parametrize(
+    ("w_n", "w_k", "log_r", "mass", "first"),
+    [
+        # the docstring: N = 2, Q = 3, r = 0.5: weights 0.5, 0.25, 0.125 of w_N
+        pytest.param(1.0, 0.125, math.log(0.5), 0.875, 1.375, id="docstring-falling"),
+        # r = 2, anchored at K (w_K = 8 w_N): weights 2, 4, 8
+        pytest.param(1.0, 8.0, math.log(2.0), 14.0, 2 + 8 + 24, id="rising-anchored-at-k"),
+        pytest.param(0.5, 0.5, 0.0, 1.5, 3.0, id="flat"),
+    ],
+)
+def test_queue_tail_worked_examples(w_n, w_k, log_r, mass, first):
+    from adapter.analyzers.queueing.model import _tail
+
+    assert _tail(w_n, w_k, log_r, 3) == pytest.approx((mass, first), rel=1e-12)
+    assert _tail(w_n, w_k, log_r, 0) == (0.0, 0.0)
+
+
+# ---- many rows at once -------------------------------------------------------------------------------------------
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.floats(min_value=1, max_value=100),
+            st.floats(min_value=0, max_value=1),
+            st.floats(min_value=0, max_value=0.01),
+            st.floats(min_value=0, max_value=8192),
+            st.floats(min_value=1, max_value=2048),
+            st.floats(min_value=1e-3, max_value=1.0),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    n=st.integers(min_value=1, max_value=256),
+    q=st.sampled_from([0, 5, 100, 2560]),
+)
+@settings(max_examples=100, deadline=None)
+def test_rows_agree_with_one_model_at_a_time(rows, n, q):
+    from adapter.analyzers.queueing.model import analyze_rows
+
+    singles = [model(a, b, g, i, o, n=n, q=q) for a, b, g, i, o, _ in rows]
+    rates = [qm.rate_range_rps.max_rps * f for qm, (*_, f) in zip(singles, rows, strict=True)]
+    got = analyze_rows(
+        np.array([r[:3] for r in rows]),
+        np.array([r[3] for r in rows]),
+        np.array([r[4] for r in rows]),
+        np.array(rates),
+        max_batch=n,
+        max_queue=q,
+    )
+    assert got.ok.all()
+    for index, (qm, rate) in enumerate(zip(singles, rates, strict=True)):
+        m = qm.analyze(rate)
+        assert got.ttft_ms[index] == pytest.approx(m.ttft_ms, rel=1e-12)
+        assert got.itl_ms[index] == pytest.approx(m.itl_ms, rel=1e-12)
+        assert got.wait_ms[index] == pytest.approx(m.wait_ms, rel=1e-12, abs=1e-12 * m.ttft_ms)
+        assert got.max_rps[index] == pytest.approx(qm.rate_range_rps.max_rps, rel=1e-12)
+
+
+def test_rows_outside_the_model_have_no_answer_and_never_raise():
+    from adapter.analyzers.queueing.model import analyze_rows
+
+    good = (20.0, 0.08, 0.0002)
+    top = model().rate_range_rps.max_rps
+    cases = {
+        "good": (good, 512.0, 128.0, 5.0),
+        "alpha-zero": ((0.0, 0.08, 0.0002), 512.0, 128.0, 5.0),
+        "beta-nan": ((20.0, NAN, 0.0002), 512.0, 128.0, 5.0),
+        "gamma-negative": ((20.0, 0.08, -1e-6), 512.0, 128.0, 5.0),
+        "output-below-one": (good, 512.0, 0.5, 5.0),
+        "input-negative": (good, -1.0, 128.0, 5.0),
+        "rate-zero": (good, 512.0, 128.0, 0.0),
+        "rate-above-the-top": (good, 512.0, 128.0, top * 1.01),
+        "rate-inf": (good, 512.0, 128.0, INF),
+    }
+    got = analyze_rows(
+        np.array([c[0] for c in cases.values()]),
+        np.array([c[1] for c in cases.values()]),
+        np.array([c[2] for c in cases.values()]),
+        np.array([c[3] for c in cases.values()]),
+        max_batch=256,
+        max_queue=100,
+    )
+    ok = dict(zip(cases, got.ok.tolist(), strict=True))
+    assert ok == {name: name == "good" for name in cases}
+    assert got.ttft_ms[0] == pytest.approx(model().analyze(5.0).ttft_ms, rel=1e-12)
+    assert np.isnan(got.ttft_ms[1:]).all()
+    assert np.isnan(got.itl_ms[1:]).all()
+    names = list(cases)
+    assert got.max_rps[names.index("rate-above-the-top")] == pytest.approx(top, rel=1e-12)  # the model exists
+    assert math.isnan(got.max_rps[names.index("alpha-zero")])  # no model
+
+
 # ---- limits ------------------------------------------------------------------------------------------------------
 
 

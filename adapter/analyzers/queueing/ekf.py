@@ -12,7 +12,8 @@ The filter runs on θ = log x, so every parameter stays positive and its uncerta
 α ≈ 20 get the same treatment). Each cycle, for each environment in turn, with θ a random walk:
 
     predict   P ← P + Q                        Q = diag(0.01²)          (1 % drift per observation)
-    gate      y = z − h(e^θ);  H = ∂h/∂θ       (central differences, step 0.01 in θ, i.e. 1 % of x)
+    gate      y = z − h(e^θ);  H = ∂h/∂θ       (central differences, step 0.01 in θ, i.e. 1 % of x; θ and its
+                                               six probes are seven rows of one vectorised solve, `linearise`)
               R = diag((σ_z·z)²)               σ_z = (0.05 / 1.96) / √1.0  (5 % error at 95 %, of this pod's z)
               S = H P Hᵀ + R;  NIS = yᵀ S⁻¹ y
               NIS ≥ 7.378 (the χ²₂ 97.5 % quantile), S not positive definite, or h not evaluable → rejected:
@@ -33,7 +34,8 @@ Start (`initial_state`): a maximum-a-posteriori fit of θ to this cycle's enviro
 from the defaults (α 5 ms, β 0.05 ms, γ 5e-5 ms) and from upstream's one-pod guess for each pod
 (α = 0.9·ITL, β+γ = (TTFT − α)/I, γ = (ITL − α − (β+γ)) / (I + (O+1)/2 − 1)); the lowest cost wins. A pod the
 model cannot serve at a trial θ (λ above its maximum rate) costs (10 + ln(λ/λ_max))/σ_z per component, so the
-search is pulled back towards parameters that can serve it. The prior (a factor of 10 at one standard deviation)
+search is pulled back towards parameters that can serve it. Each evaluation solves every pod at once (one
+vectorised solve per batch limit, `_predict`). The prior (a factor of 10 at one standard deviation)
 keeps a parameter the data barely see (γ, with a few noisy pods) near a plausible value instead of letting it run
 to a limit where the filter could never see it again. P0 = diag(1²) in θ (a factor e at one σ), not the fit's
 own (Laplace) covariance: that one assumes the model is exact, and real servers deviate from it by more than the
@@ -66,9 +68,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import least_squares
 
-from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
+from adapter.analyzers.queueing.model import ServiceParams, analyze_rows
 from adapter.analyzers.queueing.workload import VariantLoad, usable
-from adapter.domain.errors import ModelError
 
 Vector = npt.NDArray[np.float64]
 Matrix = npt.NDArray[np.float64]
@@ -269,51 +270,77 @@ def _positive_definite(p: Matrix) -> bool:
 # ---- the measurement function ------------------------------------------------------------------------------
 
 
-def _model(x: Sequence[float] | Vector, env: Environment) -> QueueModel:
-    return QueueModel(
-        ServiceParams(float(x[0]), float(x[1]), float(x[2])),
-        RequestSize(env.input_tokens, env.output_tokens),
+_PROBES = np.vstack([np.zeros(3), *(sign * np.eye(3)[j] for j in range(3) for sign in (1.0, -1.0))])
+"""θ and its six central-difference probes: rows 2j+1 and 2j+2 move θ_j up and down by JACOBIAN_STEP."""
+
+
+def _evaluate(thetas: Matrix, env: Environment) -> tuple[Matrix, Vector]:
+    """h at each row of log-parameters `thetas` for one environment, in one vectorised solve: (m × 2, NaN rows
+    outside the model) and each row's maximum rate (NaN when the model cannot be built)."""
+    rows = analyze_rows(
+        np.exp(thetas),
+        env.input_tokens,
+        env.output_tokens,
+        env.arrival_rps,
         max_batch=env.max_batch,
         max_queue=QUEUE_TO_BATCH * env.max_batch,
     )
+    h = np.column_stack((rows.ttft_ms - rows.itl_ms, rows.itl_ms))
+    h[~rows.ok] = np.nan
+    return h, rows.max_rps
 
 
 def measure(x: Sequence[float] | Vector, env: Environment) -> Vector | None:
     """h(x): the model's (TTFT without its decode step, ITL) in ms for `env`, or None outside the model."""
-    try:
-        with np.errstate(all="ignore"):
-            m = _model(x, env).analyze(env.arrival_rps)
-    except (ModelError, ValueError, ArithmeticError):
-        return None
-    out = np.array([m.ttft_ms - m.itl_ms, m.itl_ms], dtype=np.float64)
-    return out if bool(np.all(np.isfinite(out))) else None
+    with np.errstate(all="ignore"):
+        h, _ = _evaluate(np.log(np.asarray(x, dtype=np.float64))[None, :], env)
+    return h[0] if bool(np.all(np.isfinite(h[0]))) else None
+
+
+def linearise(theta: Vector, env: Environment) -> tuple[Vector | None, Matrix | None]:
+    """(h(e^θ), ∂h/∂θ) in one solve of seven rows: θ and its central-difference probes, step 0.01 in θ (1 % of
+    each parameter). Either is None when h fails at its rows."""
+    with np.errstate(all="ignore"):
+        h, _ = _evaluate(theta[None, :] + JACOBIAN_STEP * _PROBES, env)
+    hx = h[0] if bool(np.all(np.isfinite(h[0]))) else None
+    if not bool(np.all(np.isfinite(h[1:]))):
+        return hx, None
+    return hx, ((h[1::2] - h[2::2]) / (2 * JACOBIAN_STEP)).T
 
 
 def jacobian(theta: Vector, env: Environment) -> Matrix | None:
     """∂h/∂θ by central differences, step 0.01 in θ (1 % of each parameter); None if h fails at a probe."""
-    h = np.zeros((2, 3))
-    for j in range(3):
-        up, down = theta.copy(), theta.copy()
-        up[j] += JACOBIAN_STEP
-        down[j] -= JACOBIAN_STEP
-        with np.errstate(all="ignore"):
-            hi, lo = measure(np.exp(up), env), measure(np.exp(down), env)
-        if hi is None or lo is None:
-            return None
-        h[:, j] = (hi - lo) / (2 * JACOBIAN_STEP)
-    return h
+    return linearise(theta, env)[1]
 
 
-def _overload(x: Vector, env: Environment) -> float:
-    """ln(λ / λ_max) ≥ 0 for a pod the model cannot serve at x (10 when the model cannot be built at all)."""
-    try:
-        with np.errstate(all="ignore"):
-            max_rps = _model(x, env).rate_range_rps.max_rps
-    except (ModelError, ValueError, ArithmeticError):
-        return 10.0
+def _predict(x: Vector, envs: Sequence[Environment]) -> tuple[Matrix, Vector]:
+    """h(x) for every environment (NaN rows outside the model) and each one's maximum rate at x, one vectorised
+    solve per batch limit."""
+    h = np.full((len(envs), 2), np.nan)
+    max_rps = np.full(len(envs), np.nan)
+    groups: dict[int, list[int]] = {}
+    for index, env in enumerate(envs):
+        groups.setdefault(env.max_batch, []).append(index)
+    for max_batch, members in groups.items():
+        rows = analyze_rows(
+            np.broadcast_to(x, (len(members), 3)),
+            np.array([envs[m].input_tokens for m in members]),
+            np.array([envs[m].output_tokens for m in members]),
+            np.array([envs[m].arrival_rps for m in members]),
+            max_batch=max_batch,
+            max_queue=QUEUE_TO_BATCH * max_batch,
+        )
+        group_h = np.column_stack((rows.ttft_ms - rows.itl_ms, rows.itl_ms))
+        group_h[~rows.ok] = np.nan
+        h[members], max_rps[members] = group_h, rows.max_rps
+    return h, max_rps
+
+
+def _overload(arrival_rps: float, max_rps: float) -> float:
+    """ln(λ / λ_max) ≥ 0 for a pod the model cannot serve at some x (10 when the model cannot be built at all)."""
     if not (math.isfinite(max_rps) and max_rps > 0):
         return 10.0
-    return max(0.0, math.log(env.arrival_rps / max_rps))
+    return max(0.0, math.log(arrival_rps / max_rps))
 
 
 # ---- cold start --------------------------------------------------------------------------------------------
@@ -356,17 +383,15 @@ def _fit(envs: Sequence[Environment]) -> tuple[float, float, float] | None:
     prior = np.log(np.array(DEFAULT_PARAMS))
     lower, upper = np.log(np.array(STATE_LIMITS[0])), np.log(np.array(STATE_LIMITS[1]))
 
+    z = np.array([env.z for env in envs])
+    arrivals = [env.arrival_rps for env in envs]
+
     def residuals(theta: Vector) -> Vector:
-        x = np.exp(theta)
-        rows = []
-        for env in envs:
-            hx = measure(x, env)
-            if hx is None:
-                rows.append(np.full(2, (FIT_PENALTY + _overload(x, env)) / RELATIVE_SD))
-            else:
-                rows.append((hx - env.z) / (RELATIVE_SD * env.z))
-        rows.append((theta - prior) / PRIOR_SD)
-        return np.concatenate(rows)
+        h, max_rps = _predict(np.exp(theta), envs)
+        rows = (h - z) / (RELATIVE_SD * z)
+        for index in np.flatnonzero(~np.isfinite(h).all(axis=1)):
+            rows[index] = (FIT_PENALTY + _overload(arrivals[index], float(max_rps[index]))) / RELATIVE_SD
+        return np.concatenate((rows.ravel(), (theta - prior) / PRIOR_SD))
 
     starts = [DEFAULT_PARAMS, *(g for e in envs if (g := _guess(e)) is not None)]
     best: Any = None
@@ -456,7 +481,7 @@ def _step(x: Vector, p: Matrix, env: Environment, *, lo: Vector, hi: Vector) -> 
     """One gated, iterated update of θ = log x; the last value is the rejection reason ("" when accepted)."""
     z = env.z
     r = measurement_noise(env)
-    hx, h = measure(np.exp(x), env), jacobian(x, env)
+    hx, h = linearise(x, env)
     if hx is None or h is None:
         return x, p, math.nan, f"the model cannot evaluate {env.arrival_rps:.3g} req/s at the current parameters"
     y = z - hx
@@ -472,7 +497,7 @@ def _step(x: Vector, p: Matrix, env: Environment, *, lo: Vector, hi: Vector) -> 
     for _ in range(MAX_PASSES - 1):
         if float(np.max(np.abs(theta - last))) <= RELINEARIZE_ABOVE:
             break
-        h_i, hx_i = jacobian(theta, env), measure(np.exp(theta), env)
+        hx_i, h_i = linearise(theta, env)
         if h_i is None or hx_i is None:
             break  # keep the last pass that could be evaluated
         s_i = h_i @ p @ h_i.T + r

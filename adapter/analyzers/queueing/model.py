@@ -47,9 +47,19 @@ Differences from upstream, on purpose:
 
 * float64 throughout. Upstream computes the service model in float32 and only the probabilities in float64, so
   results can differ from upstream's by float32 rounding; they are not bit for bit the same.
-* The probabilities are computed in log space — ``log p_n = n·log λ − Σ_{j<n} log μ_{min(j+1,N)}``, normalised with
-  log-sum-exp — instead of upstream's iterative "divide by MaxFloat64/K on overflow" rescaling. Both give the same
-  distribution; log space cannot overflow and is one vectorised numpy expression.
+* The probabilities are computed in log space — ``log p_n = n·log λ − Σ_{j<n} log μ_{min(j+1,N)}``, normalised by
+  their largest value — instead of upstream's iterative "divide by MaxFloat64/K on overflow" rescaling. Both give
+  the same distribution; log space cannot overflow.
+* Only the N + 1 states 0..N are summed element by element. Above N every transition has the same rate μ_N, so the
+  Q queue states form a geometric series with ratio r = λ/μ_N, summed in closed form (`_geometric_tail`): for
+  y = ±ln r ≤ 0, Σ_{k<Q} e^(k·y) = expm1(Q·y)/expm1(y) and its mean index 1/expm1(−y) − Q/expm1(−Q·y), anchored
+  at state N when r ≤ 1 and at state K when r > 1 so that no term exceeds the largest probability. Near r = 1
+  (|Q·ln r| < 1, where the closed form would cancel digits) the tail is summed term by term. The EKF's queue of
+  10·N states thus costs N + 1 elements instead of 11·N + 1: a solve is ~4× cheaper, and `analyze_rows` solves many
+  (parameters, request, rate) rows in one vectorised pass, which the EKF's Jacobian and fit use. Worked example of
+  the tail: N = 2, Q = 3, μ_2 = 1, λ = 0.5 ⇒ r = 0.5 and the tail weights relative to p_2 are 0.5, 0.25, 0.125:
+  mass 0.875 = e^(−0.693)·expm1(−2.079)/expm1(−0.693) = 0.5·0.875/0.5, first moment Σ j·r^j = 0.5 + 0.5 + 0.375
+  = 1.375. Results agree with the element-by-element sum to ~1e-14 relative (tests/queueing/test_model.py).
 * Inputs are validated up front (α > 0, β ≥ 0, γ ≥ 0, all finite; see the classes), with messages that name the
   parameter, the value and the allowed range. Upstream's validity check (``1 − p_0`` below K) is always satisfied
   and is not reproduced.
@@ -67,9 +77,10 @@ Pure: numpy and the standard library only, no I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -179,6 +190,213 @@ class Metrics:
     wait_ms: float
 
 
+Array = npt.NDArray[np.float64]
+
+
+# ---- the service model, vectorised over rows of (α, β, γ, I, O) --------------------------------------------------
+
+
+class Work(NamedTuple):
+    """(α, β, γ, I, O): scalars for one model, or column vectors of shape (m, 1) for m rows."""
+
+    alpha_ms: Array | float
+    beta_ms: Array | float
+    gamma_ms: Array | float
+    input_tokens: Array | float
+    output_tokens: Array | float
+
+    @property
+    def delta_ms(self) -> Array | float:
+        """δ = β·(I+O)/(O+1) + γ·(I + O/2): the marginal work of one request per iteration, ms."""
+        i, o = self.input_tokens, self.output_tokens
+        return self.beta_ms * (i + o) / (o + 1.0) + self.gamma_ms * (i + o / 2.0)
+
+    def prefill_ms(self, n: Any) -> Any:
+        """PrefillTime(n) = α + n·δ + (β+γ)·I, and 0 where I == 0 (floats or arrays)."""
+        i = self.input_tokens
+        return (self.alpha_ms + n * self.delta_ms + (self.beta_ms + self.gamma_ms) * i) * (i != 0)
+
+    def decode_ms(self, n: Any) -> Any:
+        """DecodeTime(n) = α + n·δ + β + γ·(I + O/2): the time of one output token."""
+        i, o = self.input_tokens, self.output_tokens
+        return self.alpha_ms + n * self.delta_ms + self.beta_ms + self.gamma_ms * (i + o / 2.0)
+
+    def service_rates(self, max_batch: int) -> Array:
+        """μ_n = n / (PrefillTime(n) + O·DecodeTime(n)) for n = 1..N, requests per ms (one row per row)."""
+        n = np.arange(1, max_batch + 1, dtype=np.float64)
+        return np.asarray(n / (self.prefill_ms(n) + self.output_tokens * self.decode_ms(n)), dtype=np.float64)
+
+
+# ---- the stationary distribution: the head vectorised over rows, the queue tail in closed form -------------------
+
+_EXP_LIMIT = 700.0
+"""Beyond e^700 a term of the tail formulas is taken as infinite (its reciprocal as 0)."""
+
+
+def _geometric(y: float, terms: int) -> tuple[float, float]:
+    """(G, G1) = (Σ_{k<Q} e^(k·y), Σ_{k<Q} k·e^(k·y)) for y ≤ 0.
+
+    Closed form G = expm1(Q·y)/expm1(y) and G1 = G·(1/expm1(−y) − Q/expm1(−Q·y)); term by term where |Q·y| < 1
+    (near y = 0 the closed form cancels digits). Example: y = ln 0.5, Q = 3: G = 1 + 0.5 + 0.25 = 1.75,
+    G1 = 0.5 + 2·0.25 = 1.0."""
+    if abs(y) * terms < 1.0:
+        k = np.arange(terms, dtype=np.float64)
+        e = np.exp(k * y)
+        return float(e.sum()), float(e @ k)
+    g = math.expm1(terms * y) / math.expm1(y)
+    first = 1.0 / math.expm1(-y) if -y < _EXP_LIMIT else 0.0
+    last = terms / math.expm1(-terms * y) if -terms * y < _EXP_LIMIT else 0.0
+    return g, g * (first - last)
+
+
+def _tail(w_n: float, w_k: float, log_r: float, terms: int) -> tuple[float, float]:
+    """(Σ_{j=1..Q} w_(N+j), Σ_{j=1..Q} j·w_(N+j)) with w_(N+j) = w_N·r^j: anchored at N (w_N·r, ratio r) when
+    r ≤ 1, at K (w_K, ratio 1/r, state N + Q − k) when r > 1, so every term stays below the largest weight."""
+    if terms == 0:
+        return 0.0, 0.0
+    if log_r <= 0:
+        g, g1 = _geometric(log_r, terms)
+        anchor = w_n * math.exp(log_r)
+        return anchor * g, anchor * (g + g1)
+    g, g1 = _geometric(-log_r, terms)
+    return w_k * g, w_k * (terms * g - g1)
+
+
+class _Solved(NamedTuple):
+    ttft_ms: float
+    itl_ms: float
+    in_servers: float
+    wait_ms: float
+    throughput_per_ms: float
+
+
+@functools.lru_cache(maxsize=64)
+def _head_states(max_batch: int) -> Array:
+    states = np.arange(max_batch + 1, dtype=np.float64)
+    states.flags.writeable = False
+    return states
+
+
+def _solve_rows(
+    lam: Array, cum_log_mu: Array, log_mu_top: Array, max_queue: int, work: Work | list[Work]
+) -> list[_Solved]:
+    """The metrics of §3.3 per row at rates `lam` (per ms, all > 0): `cum_log_mu` (rows or 1 × N+1) holds
+    Σ_{j<n} log μ_(j+1) for n = 0..N and `log_mu_top` (rows or 1) log μ_N; `work` shared or one per row.
+
+    The head (states 0..N) is summed element by element, vectorised over rows and scaled by its largest weight;
+    the Q queue states are a geometric series from state N (`_tail`). The distribution's log is concave (μ_n rises
+    with n), so when the queue's last state K outweighs the head, it is the largest and the row is rescaled to it."""
+    n_max = cum_log_mu.shape[1] - 1
+    states = _head_states(n_max)
+    log_lam = np.log(lam)
+    log_w = np.multiply.outer(log_lam, states)
+    log_w -= cum_log_mu
+    head_top = log_w.max(axis=1)
+    log_w -= head_top[:, None]
+    log_w_n = log_w[:, -1].tolist()
+    w = np.exp(log_w, out=log_w)
+    rows = zip(
+        lam.tolist(),
+        (log_lam - log_mu_top).tolist(),
+        log_w_n,
+        w.sum(axis=1).tolist(),
+        (w @ states).tolist(),
+        strict=True,
+    )
+    solved = []
+    for row, (rate, log_r, log_wn, mass, first) in enumerate(rows):
+        log_wk = log_wn + max_queue * log_r  # state K against the head's largest weight
+        scale = math.exp(-log_wk) if log_wk > 0 else 1.0
+        head = _Head(math.exp(log_wn) * scale, math.exp(min(log_wk, 0.0)), log_r, mass * scale, first * scale)
+        try:
+            solved.append(_solve_row(rate, head, n_max, max_queue, work[row] if isinstance(work, list) else work))
+        except ArithmeticError:  # a degenerate row (a zero throughput): no answer, never an exception
+            solved.append(_Solved(math.nan, math.nan, math.nan, math.nan, math.nan))
+    return solved
+
+
+class _Head(NamedTuple):
+    """One row's chain below the queue, weights relative to the largest: w_N, w_K, ln r, Σ_0..N w, Σ_0..N n·w."""
+
+    w_n: float
+    w_k: float
+    log_r: float
+    mass: float
+    first: float
+
+
+def _solve_row(rate: float, head: _Head, n_max: int, max_queue: int, work: Work) -> _Solved:
+    """One row of `_solve_rows` in plain floats (module docstring, §3.2–3.3)."""
+    tail_mass, tail_first = _tail(head.w_n, head.w_k, head.log_r, max_queue)
+    total = head.mass + tail_mass
+    in_servers = (head.first + n_max * tail_mass) / total  # Σ_1..N i·p_i + N·(1 − Σ_0..N p_i)
+    mean_in_system = (head.first + n_max * tail_mass + tail_first) / total
+    p_full = head.w_k / total  # w_K = w_N when Q = 0
+    throughput = rate * (1.0 - p_full)
+    service = in_servers / throughput
+    wait = max(mean_in_system / throughput - service, 0.0)
+    prefill = float(work.prefill_ms(in_servers))
+    itl = (service - prefill) / float(work.output_tokens)
+    return _Solved(wait + prefill + itl, itl, in_servers, wait, throughput)
+
+
+class RowMetrics(NamedTuple):
+    """`analyze_rows`' answer, one element per row; NaN (and `ok` False) where a row has no answer."""
+
+    ttft_ms: Array
+    itl_ms: Array
+    wait_ms: Array
+    max_rps: Array
+    ok: npt.NDArray[np.bool_]
+
+
+def analyze_rows(
+    params_ms: Array,
+    input_tokens: Array | float,
+    output_tokens: Array | float,
+    rate_rps: Array | float,
+    *,
+    max_batch: int,
+    max_queue: int,
+) -> RowMetrics:
+    """`QueueModel(...).analyze(rate)` for m rows at once: `params_ms` is (m, 3) of (α, β, γ); the request size and
+    rate are per row or shared. Never raises on data: a row whose inputs are outside the classes' ranges, whose
+    service rates are not finite and positive, or whose rate is not in (0, max_rps] has ok False and NaN metrics
+    (its max_rps is still given when the service rates are valid). Agrees with `analyze` row by row (tests)."""
+    rows = len(params_ms)
+    table = np.empty((rows, 6))  # α, β, γ, I, O, rate
+    table[:, :3] = params_ms
+    table[:, 3], table[:, 4], table[:, 5] = input_tokens, output_tokens, rate_rps
+    with np.errstate(all="ignore"):
+        valid = (
+            np.isfinite(table).all(axis=1)
+            & (table[:, 1:5] >= _LOWER_BOUNDS).all(axis=1)
+            & (table[:, 0] > 0)
+            & (table[:, 5] > 0)
+        )
+        work = Work(*(table[:, j : j + 1] for j in range(5)))
+        mu = work.service_rates(max_batch)
+        rates_ok = valid & ((mu > 0) & (mu < np.inf)).all(axis=1)
+        max_rps = np.where(rates_ok, mu[:, -1] * (1.0 - EPSILON) * 1000.0, np.nan)
+        ok = rates_ok & (table[:, 5] <= max_rps)
+        out = np.full((rows, 3), np.nan)
+        if np.any(ok):
+            every = bool(ok.all())
+            log_mu = np.log(mu if every else mu[ok])
+            cum = np.concatenate((np.zeros((log_mu.shape[0], 1)), np.cumsum(log_mu, axis=1)), axis=1)
+            kept = table if every else table[ok]
+            solved = _solve_rows(
+                kept[:, 5] / 1000.0, cum, log_mu[:, -1], max_queue, [Work(*r) for r in kept[:, :5].tolist()]
+            )
+            out[ok] = [(one.ttft_ms, one.itl_ms, one.wait_ms) for one in solved]
+    ok &= np.isfinite(out).all(axis=1)
+    return RowMetrics(out[:, 0], out[:, 1], out[:, 2], max_rps, ok)
+
+
+_LOWER_BOUNDS = np.array([0.0, 0.0, 0.0, 1.0])
+"""β ≥ 0, γ ≥ 0, I ≥ 0, O ≥ 1 (α > 0 and the rate > 0 are strict)."""
+
+
 class QueueModel:
     """One replica of a model server. See the module docstring for the equations."""
 
@@ -198,40 +416,22 @@ class QueueModel:
         self.request = request
         self.max_batch = _check_int("max_batch", max_batch, 1, MAX_STATES)
         self.max_queue = _check_int("max_queue", max_queue, 0, MAX_STATES)
-        n = np.arange(1, self.max_batch + 1, dtype=np.float64)
-        service_ms = self._prefill_time(n) + request.output_tokens * self._decode_time(n)
-        serv_rate = n / service_ms  # μ_n, requests per ms
+        self._work = Work(params.alpha_ms, params.beta_ms, params.gamma_ms, request.input_tokens, request.output_tokens)
+        with np.errstate(all="ignore"):
+            serv_rate = self._work.service_rates(self.max_batch)
         if not (np.all(np.isfinite(serv_rate)) and np.all(serv_rate > 0)):
             raise ModelError(f"service rates are not finite and positive for {params} and {request}")
         self._serv_rate = serv_rate
-        k = self.max_batch + self.max_queue
-        # log μ of the transition n → n+1, n = 0..K-1, and its running sum: log p_n = n·log λ − cum[n]
-        log_mu = np.log(serv_rate[np.minimum(np.arange(k), self.max_batch - 1)])
-        self._cum_log_mu = np.concatenate(([0.0], np.cumsum(log_mu)))
-        self._states = np.arange(k + 1, dtype=np.float64)
+        log_mu = np.log(serv_rate)
+        self._cum_log_mu = np.concatenate(([0.0], np.cumsum(log_mu)))[None, :]
+        self._log_mu_top = log_mu[-1:]
         self._range = RateRange(
             min_rps=float(serv_rate[0] * EPSILON * 1000.0),
             max_rps=float(serv_rate[-1] * (1.0 - EPSILON) * 1000.0),
         )
 
-    # ---- service model -----------------------------------------------------------------------------------------
-
-    def _delta(self) -> float:
-        p, i, o = self.params, self.request.input_tokens, self.request.output_tokens
-        return p.beta_ms * (i + o) / (o + 1.0) + p.gamma_ms * (i + o / 2.0)
-
-    def _iteration_time(self, n: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        return self.params.alpha_ms + n * self._delta()
-
-    def _prefill_time(self, n: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        i = self.request.input_tokens
-        if i == 0:
-            return np.zeros_like(n)
-        return self._iteration_time(n) + (self.params.beta_ms + self.params.gamma_ms) * i
-
-    def _decode_time(self, n: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        p, i, o = self.params, self.request.input_tokens, self.request.output_tokens
-        return self._iteration_time(n) + p.beta_ms + p.gamma_ms * (i + o / 2.0)
+    def _prefill_time(self, n: Array) -> Array:
+        return np.asarray(self._work.prefill_ms(n), dtype=np.float64)
 
     @property
     def rate_range_rps(self) -> RateRange:
@@ -239,7 +439,7 @@ class QueueModel:
         return self._range
 
     @property
-    def service_rates_per_ms(self) -> npt.NDArray[np.float64]:
+    def service_rates_per_ms(self) -> Array:
         """μ_1..μ_N, requests per ms (a copy)."""
         return self._serv_rate.copy()
 
@@ -247,29 +447,15 @@ class QueueModel:
 
     def _solve(self, rate_rps: float) -> Metrics:
         lam = rate_rps / 1000.0  # per ms
-        n_max = self.max_batch
-        log_p = self._states * math.log(lam) - self._cum_log_mu
-        log_p -= log_p.max()
-        p = np.exp(log_p)
-        p /= p.sum()
-        in_batch = self._states[1 : n_max + 1] @ p[1 : n_max + 1]
-        p_upto_n = float(p[: n_max + 1].sum())
-        avg_in_servers = float(in_batch) + n_max * max(1.0 - p_upto_n, 0.0)
-        mean_in_system = float(self._states @ p)
-        throughput = lam * (1.0 - float(p[-1]))
-        response = mean_in_system / throughput
-        service = avg_in_servers / throughput
-        wait = max(response - service, 0.0)
-        prefill = float(self._prefill_time(np.array([avg_in_servers]))[0])
-        itl = (service - prefill) / self.request.output_tokens
+        (solved,) = _solve_rows(np.array([lam]), self._cum_log_mu, self._log_mu_top, self.max_queue, self._work)
         return Metrics(
             rate_rps=rate_rps,
-            ttft_ms=wait + prefill + itl,
-            itl_ms=itl,
-            rho=min(max(avg_in_servers / n_max, 0.0), 1.0),
-            throughput_rps=throughput * 1000.0,
-            avg_batch=avg_in_servers,
-            wait_ms=wait,
+            ttft_ms=solved.ttft_ms,
+            itl_ms=solved.itl_ms,
+            rho=min(max(solved.in_servers / self.max_batch, 0.0), 1.0),
+            throughput_rps=solved.throughput_per_ms * 1000.0,
+            avg_batch=solved.in_servers,
+            wait_ms=solved.wait_ms,
         )
 
     def analyze(self, rate_rps: float) -> Metrics:
