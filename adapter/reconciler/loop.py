@@ -2,6 +2,8 @@
 
 Leader, every `interval_s`:
     view = cluster.view() ─► collect(metrics) ─► Snapshot ─► engine.decide ─► store.publish ─► VA status writes
+    (decide runs in one worker thread, `_DECIDER`, so the servers sharing this loop keep answering; a wake
+    between cycles waits for a decide under way and starts from the state it leaves)
 Leader, every `wake_interval_s` (100 ms): the EPP queues of idle models ─► engine.wake ─► store.upsert (the
     KEDA stream pushes it) ─► VA status writes; a queued request wakes one replica of the cheapest variant.
 Follower: serves the leader's decisions from the VA statuses it watches, so every replica answers the same.
@@ -17,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from adapter import engine
@@ -81,6 +84,10 @@ class Reconciler:
         self._recorder = recorder
         self._clock = clock
         self._state = engine.EngineState()
+        self._state_lock = asyncio.Lock()
+        """Held from reading the engine state to publishing what was decided from it: the cycle decides in a worker
+        thread while this loop goes on, and a wake in between would otherwise be decided from the old state and
+        overwritten by the cycle's result."""
         self._previous: dict[VariantKey, VariantDecision] = {}
         self.cycles = 0
         self.last_error: str | None = None
@@ -124,17 +131,27 @@ class Reconciler:
             self._report_configmap_errors(configmaps)
             collection = await self._collect(view, configmaps)
             snapshot = build_snapshot(view, collection, now_s=now_s)
-            state_before = self._state
-            result, self._state = decide_cycle(snapshot, self._state, EngineConfig(configmaps=configmaps), now_s)
         except Exception:
             log.exception("engine cycle failed; serving the previous decisions")
             if self._observer is not None:
                 self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
             return None
-        self._store.publish(servable(result.decisions, view), now_s=now_s)
-        self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
-        if self._recorder is not None:
-            self._recorder.record(snapshot, result, state_before=state_before, configmaps=configmaps.sources)
+        async with self._state_lock:
+            state_before = self._state
+            try:
+                config = EngineConfig(configmaps=configmaps)
+                result, self._state = await asyncio.get_running_loop().run_in_executor(
+                    _DECIDER, decide_cycle, snapshot, state_before, config, now_s
+                )
+            except Exception:
+                log.exception("engine cycle failed; serving the previous decisions")
+                if self._observer is not None:
+                    self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
+                return None
+            self._store.publish(servable(result.decisions, view), now_s=now_s)
+            self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
+            if self._recorder is not None:
+                self._recorder.record(snapshot, result, state_before=state_before, configmaps=configmaps.sources)
         self._report_model_errors(result)
         await self._write_statuses(engine.statuses(result, snapshot), view)
         await self._mark_invalid(view)
@@ -248,17 +265,18 @@ class Reconciler:
         except AdapterError as exc:
             log.warning("EPP scrape failed: %s", exc)
             return []
-        now_s = self._clock()
-        snapshot = wake_snapshot(view, queues, idle, now_s=now_s)
-        state_before = self._state
-        result, self._state = engine.wake(snapshot, self._state, now_s)
-        if not result.decisions:
-            return []
-        self._store.upsert(list(result.decisions.values()), now_s=now_s)
-        if self._recorder is not None:
-            self._recorder.record(
-                snapshot, result, state_before=state_before, configmaps=self._configmaps(view).sources
-            )
+        async with self._state_lock:  # after a cycle deciding now, from the state it leaves
+            now_s = self._clock()
+            snapshot = wake_snapshot(view, queues, idle, now_s=now_s)
+            state_before = self._state
+            result, self._state = engine.wake(snapshot, state_before, now_s)
+            if not result.decisions:
+                return []
+            self._store.upsert(list(result.decisions.values()), now_s=now_s)
+            if self._recorder is not None:
+                self._recorder.record(
+                    snapshot, result, state_before=state_before, configmaps=self._configmaps(view).sources
+                )
         await self._write_statuses(engine.statuses(result, snapshot), view)
         for key, decision in sorted(result.decisions.items()):
             log.info("scale-from-zero: %s → 1 (%s)", key, decision.reason)
@@ -287,6 +305,13 @@ class Reconciler:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._options.wake_interval_s):
                     await stop.wait()
+
+
+_DECIDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-decide")
+"""The one thread every cycle's decide runs in, off the event loop: the servers that share the loop (External
+Metrics API, KEDA scaler, probes, the Lease) keep answering while a large fleet is decided (a decide holds the GIL
+only between the interpreter's 5-ms switches). Not the loop's default executor, which `asyncio.run` joins at exit:
+a stop during a decide leaves it to `serve`'s exit, as the Prometheus query threads are (adapter/app/serve.py)."""
 
 
 def decide_cycle(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -331,3 +333,65 @@ async def test_last_error_tells_when_metrics_are_unavailable_and_clears_on_recov
     metrics.collection = busy_collection(0.5)
     await rec.run_cycle()
     assert rec.last_error is None
+
+
+async def test_the_loop_keeps_answering_while_a_cycle_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cycle decides in a worker thread: a decide that holds the CPU for a second leaves this loop (the External
+    Metrics API, the KEDA scaler and the probes share it) answering every few milliseconds, not after the second."""
+    import adapter.reconciler.loop as loop
+
+    real = loop.decide_cycle
+
+    def slow_decide(*args: object) -> object:
+        deadline = time.process_time() + 1.0
+        while time.process_time() < deadline:  # pure Python: holds the GIL between the interpreter's switches
+            pass
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "decide_cycle", slow_decide)
+    rec, store, _ = make(busy_view(), metrics=FakeMetrics(busy_collection(0.5)))
+    cycle = asyncio.create_task(rec.run_cycle())
+    gaps: list[float] = []
+    last = time.perf_counter()
+    while not cycle.done():
+        await asyncio.sleep(0.005)
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+    assert await cycle is not None
+    assert len(store.list()) == 2
+    assert len(gaps) > 20  # the loop ran all along
+    assert max(gaps) < 0.5, f"the event loop stalled for {max(gaps):.2f} s during decide"
+
+
+async def test_a_wake_during_a_cycle_waits_for_it_and_is_decided_from_its_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wake that comes while the cycle decides (in its worker thread) waits for the cycle and is decided from the
+    state the cycle leaves. Here the cycle's first run asks for one replica of the cheap variant (last resort), so
+    the model is no longer idle and the wake adds nothing; decided from the state before the cycle, it would have
+    woken the same variant a second time and been overwritten by the cycle's result."""
+    import adapter.reconciler.loop as loop
+
+    real, release = loop.decide_cycle, threading.Event()
+
+    def held_decide(*args: object) -> object:
+        release.wait(timeout=5)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "decide_cycle", held_decide)
+    epp = FakeEpp({(NS, "m"): 2.0})
+    rec, store, _ = make(idle_view(), metrics=FakeMetrics(Collection()), epp=epp)
+    cycle = asyncio.create_task(rec.run_cycle())
+    await asyncio.sleep(0.05)  # the cycle is deciding
+    wake = asyncio.create_task(rec.wake_cycle())
+    await asyncio.sleep(0.05)
+    assert epp.calls == 1  # the EPP scrape does not wait
+    assert not wake.done()  # the decision does
+    release.set()
+    assert await cycle is not None
+    assert await wake == []
+    cheap = store.get(VariantKey(NS, "cheap"))
+    assert cheap is not None
+    assert cheap.desired_replicas == 1
+    assert cheap.decision.path is DecisionPath.LAST_RESORT
