@@ -193,6 +193,42 @@ def test_geometric_closed_form_matches_the_sum(y, terms):
     assert g1 == pytest.approx(math.fsum(k * e), rel=1e-11, abs=1e-300)
 
 
+@pytest.mark.parametrize("r", [1.0, 2.5, 29.9, 30.0, 41.0553, 1e3, 1e4, 1e6, 1e10])
+@pytest.mark.parametrize("n", [1, 2, 8, 256, 4096])
+def test_log_rising_factorial(r, n):
+    """ln (r)_n = Σ_{j<n} ln(r + j), to 1e-14, where two lgamma values of ~1e7 would differ from it by ~1e-9."""
+    from adapter.analyzers.queueing.model import _log_rising
+
+    assert _log_rising(r, n) == pytest.approx(math.fsum(math.log(r + j) for j in range(n)), rel=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "n", "lam"),
+    [
+        pytest.param(2646.05, 66.0608, 256, 0.005, id="docstring-negative-binomial"),
+        pytest.param(2646.05, 66.0608, 256, 0.013, id="near-the-top"),
+        pytest.param(10.0, 0.5, 8, 0.1, id="small-batch"),
+        pytest.param(100.0, 0.02, 256, 2.0, id="large-shape"),
+        pytest.param(100.0, 1e-3 / 3, 256, 2.0, id="beyond-the-closed-form"),
+        pytest.param(100.0, 0.0, 64, 0.3, id="b-zero-poisson"),
+    ],
+)
+def test_head_in_closed_form_equals_the_sum(a, b, n, lam):
+    """The head (states 0..N) from the incomplete beta function equals its N + 1 terms summed; the mean batch of
+    the docstring's example is 20.2487."""
+    from adapter.analyzers.queueing.model import _Chain
+
+    states = np.arange(n + 1, dtype=np.float64)
+    log_w = np.concatenate(([0.0], np.cumsum(np.log(lam * (a + b * states[1:]) / states[1:]))))
+    w = np.exp(log_w - log_w.max())
+    log_w_n, mass, first = _Chain(a, b, n, 0).head(lam)
+    assert first / mass == pytest.approx(math.fsum(w * states) / math.fsum(w), rel=1e-12)
+    assert math.exp(log_w_n) / mass == pytest.approx(w[-1] / math.fsum(w), rel=1e-10)
+    assert math.exp(log_w_n) <= 1.0
+    if a == 2646.05 and lam == 0.005:
+        assert first / mass == pytest.approx(20.2487, rel=1e-5)
+
+
 @pytest.mark.parametrize(
     ("w_n", "w_k", "log_r", "mass", "first"),
     [

@@ -47,19 +47,20 @@ Differences from upstream, on purpose:
 
 * float64 throughout. Upstream computes the service model in float32 and only the probabilities in float64, so
   results can differ from upstream's by float32 rounding; they are not bit for bit the same.
-* The probabilities are computed in log space — ``log p_n = n·log λ − Σ_{j<n} log μ_{min(j+1,N)}``, normalised by
-  their largest value — instead of upstream's iterative "divide by MaxFloat64/K on overflow" rescaling. Both give
-  the same distribution; log space cannot overflow.
-* Only the N + 1 states 0..N are summed element by element. Above N every transition has the same rate μ_N, so the
-  Q queue states form a geometric series with ratio r = λ/μ_N, summed in closed form (`_geometric_tail`): for
-  y = ±ln r ≤ 0, Σ_{k<Q} e^(k·y) = expm1(Q·y)/expm1(y) and its mean index 1/expm1(−y) − Q/expm1(−Q·y), anchored
-  at state N when r ≤ 1 and at state K when r > 1 so that no term exceeds the largest probability. Near r = 1
-  (|Q·ln r| < 1, where the closed form would cancel digits) the tail is summed term by term. The EKF's queue of
-  10·N states thus costs N + 1 elements instead of 11·N + 1: a solve is ~4× cheaper, and `analyze_rows` solves many
-  (parameters, request, rate) rows in one vectorised pass, which the EKF's Jacobian and fit use. Worked example of
-  the tail: N = 2, Q = 3, μ_2 = 1, λ = 0.5 ⇒ r = 0.5 and the tail weights relative to p_2 are 0.5, 0.25, 0.125:
-  mass 0.875 = e^(−0.693)·expm1(−2.079)/expm1(−0.693) = 0.5·0.875/0.5, first moment Σ j·r^j = 0.5 + 0.5 + 0.375
-  = 1.375. Results agree with the element-by-element sum to ~1e-14 relative (tests/queueing/test_model.py).
+* No state is summed one by one (upstream sums all K + 1 in a loop, rescaling on overflow). The service time of a
+  batch of n is a + b·n (`Work.service_terms`), so below N the weights w_n = Π_{j≤n} λ/μ_j = x^n·(r)_n/n! with
+  x = λ·b and r = a/b + 1 are a negative binomial distribution: the head's mass and first moment are regularised
+  incomplete beta functions (`_Chain.head`; worked example there). Above N every transition has the rate μ_N, so
+  the Q queue states are a geometric series with ratio λ/μ_N, summed in closed form (`_geometric`, `_tail`):
+  anchored at state N when the ratio is ≤ 1 and at state K when it is > 1, so no term exceeds the largest weight,
+  and term by term near a ratio of 1 (|Q·ln ratio| < 1), where the closed form would cancel digits. Worked example
+  of the tail: N = 2, Q = 3, μ_2 = 1, λ = 0.5 ⇒ ratio 0.5 and the tail weights relative to p_2 are 0.5, 0.25,
+  0.125: mass 0.875, first moment Σ j·0.5^j = 0.5 + 0.5 + 0.375 = 1.375. A solve is thus a few scalar functions
+  whatever N and Q (9 µs against 15–50 µs summing every state, N = 256 and Q = 100 or 2,560); where a/b exceeds
+  `NB_MAX_SHAPE` (b ≈ 0, a batch barely slows an iteration) the head is summed element by element in log space.
+  Results agree with summing every state to 1e-9 relative or better (tests/queueing/test_model.py, hypothesis);
+  at the lowest rates both lose digits in ITL = (S − prefill)/O. `analyze_rows` solves many (parameters,
+  request, rate) rows in one call without raising, for the EKF's Jacobian and fit.
 * Inputs are validated up front (α > 0, β ≥ 0, γ ≥ 0, all finite; see the classes), with messages that name the
   parameter, the value and the allowed range. Upstream's validity check (``1 − p_0`` below K) is always satisfied
   and is not reproduced.
@@ -72,11 +73,12 @@ in random searches over 136,000 models. It never fell with O ≥ 3 and max_batch
 Real chat and code traces average tens to hundreds of output tokens. tests/queueing/test_model.py pins all three
 cases. Where ITL is not monotone, λ* for an ITL target comes from upstream's bisection, which assumes that it is.
 
-Pure: numpy and the standard library only, no I/O.
+Pure: numpy, scipy.special and the standard library only, no I/O.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -84,6 +86,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from scipy import special
 
 from adapter.domain.errors import ModelError
 
@@ -193,44 +196,101 @@ class Metrics:
 Array = npt.NDArray[np.float64]
 
 
-# ---- the service model, vectorised over rows of (α, β, γ, I, O) --------------------------------------------------
+# ---- the service model -------------------------------------------------------------------------------------------
 
 
 class Work(NamedTuple):
-    """(α, β, γ, I, O): scalars for one model, or column vectors of shape (m, 1) for m rows."""
+    """(α, β, γ, I, O) in ms and tokens: one replica's service model."""
 
-    alpha_ms: Array | float
-    beta_ms: Array | float
-    gamma_ms: Array | float
-    input_tokens: Array | float
-    output_tokens: Array | float
+    alpha_ms: float
+    beta_ms: float
+    gamma_ms: float
+    input_tokens: float
+    output_tokens: float
 
     @property
-    def delta_ms(self) -> Array | float:
+    def delta_ms(self) -> float:
         """δ = β·(I+O)/(O+1) + γ·(I + O/2): the marginal work of one request per iteration, ms."""
         i, o = self.input_tokens, self.output_tokens
         return self.beta_ms * (i + o) / (o + 1.0) + self.gamma_ms * (i + o / 2.0)
 
     def prefill_ms(self, n: Any) -> Any:
-        """PrefillTime(n) = α + n·δ + (β+γ)·I, and 0 where I == 0 (floats or arrays)."""
+        """PrefillTime(n) = α + n·δ + (β+γ)·I, and 0 where I == 0 (n a float or an array)."""
         i = self.input_tokens
         return (self.alpha_ms + n * self.delta_ms + (self.beta_ms + self.gamma_ms) * i) * (i != 0)
 
-    def decode_ms(self, n: Any) -> Any:
-        """DecodeTime(n) = α + n·δ + β + γ·(I + O/2): the time of one output token."""
+    def service_terms(self) -> tuple[float, float]:
+        """(a, b) with PrefillTime(n) + O·DecodeTime(n) = a + b·n, so μ_n = n / (a + b·n):
+
+            a = [I > 0]·(α + (β+γ)·I) + O·(α + β + γ·(I + O/2)),     b = δ·(O + [I > 0])
+
+        Example (the worked example above): a = 61.0624 + 128·20.1952 = 2646.05, b = 0.512099·129 = 66.0608 ⇒
+        μ_1 = 1/2712.11 = 3.68717e-4 /ms, μ_256 = 256/19557.6 = 0.0130895 /ms."""
         i, o = self.input_tokens, self.output_tokens
-        return self.alpha_ms + n * self.delta_ms + self.beta_ms + self.gamma_ms * (i + o / 2.0)
-
-    def service_rates(self, max_batch: int) -> Array:
-        """μ_n = n / (PrefillTime(n) + O·DecodeTime(n)) for n = 1..N, requests per ms (one row per row)."""
-        n = np.arange(1, max_batch + 1, dtype=np.float64)
-        return np.asarray(n / (self.prefill_ms(n) + self.output_tokens * self.decode_ms(n)), dtype=np.float64)
+        prefilling = 1.0 if i != 0 else 0.0
+        decode = self.alpha_ms + self.beta_ms + self.gamma_ms * (i + o / 2.0)
+        a = prefilling * (self.alpha_ms + (self.beta_ms + self.gamma_ms) * i) + o * decode
+        return a, self.delta_ms * (o + prefilling)
 
 
-# ---- the stationary distribution: the head vectorised over rows, the queue tail in closed form -------------------
+# ---- the stationary distribution in closed form ------------------------------------------------------------------
 
 _EXP_LIMIT = 700.0
 """Beyond e^700 a term of the tail formulas is taken as infinite (its reciprocal as 0)."""
+NB_MAX_SHAPE = 1e4
+"""The head is summed in closed form while a/b ≤ this (real servers: 20 to a few thousand); beyond it (b ≈ 0: a
+batch barely slows an iteration), and for b = 0, element by element: the incomplete beta loses digits there."""
+_STIRLING = (1.0 / 12.0, -1.0 / 360.0, 1.0 / 1260.0, -1.0 / 1680.0)
+"""The first terms of ln Γ(z)'s asymptotic series Σ c_k / z^(2k−1): beyond them the error is below 1/(1188·z⁹)."""
+
+
+def _log_rising(r: float, n: int) -> float:
+    """ln Γ(r + n) − ln Γ(r) = ln (r)_n without the cancellation of two large lgamma values: from r = 30 as
+    (r − ½)·ln(1 + n/r) + n·ln(r + n) − n plus the difference of the Stirling series (error < 1e-16 there).
+    Example: r = 1e6, n = 1: ln 1e6 = 13.815510558; the two lgamma values (1.28e7 each) differ from it by ~1e-9."""
+    if r < 30.0:
+        return math.lgamma(r + n) - math.lgamma(r)
+    z = r + n
+    series = sum(c * (z ** (1 - 2 * k) - r ** (1 - 2 * k)) for k, c in enumerate(_STIRLING, start=1))
+    return (r - 0.5) * math.log1p(n / r) + n * math.log(z) - n + series
+
+
+class _Chain(NamedTuple):
+    """One replica's birth-death chain: μ_n = n/(a + b·n) for n = 1..N, then μ_N for the Q queue states."""
+
+    a_ms: float
+    b_ms: float
+    max_batch: int
+    max_queue: int
+
+    @property
+    def log_mu_top(self) -> float:
+        return math.log(self.max_batch / (self.a_ms + self.b_ms * self.max_batch))
+
+    def service_rates(self) -> Array:
+        n = np.arange(1, self.max_batch + 1, dtype=np.float64)
+        return np.asarray(n / (self.a_ms + self.b_ms * n), dtype=np.float64)
+
+    def head(self, lam: float) -> tuple[float, float, float]:
+        """(ln w_N, Σ_{n≤N} w_n, Σ_{n≤N} n·w_n) at λ per ms, on a scale where every w_n ≤ 1.
+
+        With x = λ·b and r = a/b + 1, w_n = Π_{j≤n} λ/μ_j = x^n·(r)_n/n!: the negative binomial NB(r, x) times
+        (1 − x)^(−r) (x < 1 wherever λ ≤ μ_N). So, in the NB's own scale, Σ_{n≤N} w_n = P(NB ≤ N) = I_{1−x}(r, N+1)
+        (the regularised incomplete beta), Σ_{n≤N} n·w_n = r·x/(1−x)·I_{1−x}(r+1, N) (as n·NB(n; r) =
+        r·x/(1−x)·NB(n−1; r+1)), ln w_N = ln NB(N; r, x) = ln (r)_N − ln N! + N·ln x + r·ln(1−x).
+        Example: a = 2646.05, b = 66.0608, N = 256, λ = 0.005 /ms: x = 0.330304, r = 41.0553, mean batch
+        Σ n·w / Σ w = 20.2487. For b = 0 or a/b > NB_MAX_SHAPE the N + 1 terms are summed one by one."""
+        n = self.max_batch
+        if self.b_ms > 0 and self.a_ms <= NB_MAX_SHAPE * self.b_ms:
+            x, r = lam * self.b_ms, self.a_ms / self.b_ms + 1.0
+            log_w_n = _log_rising(r, n) - math.lgamma(n + 1) + n * math.log(x) + r * math.log1p(-x)
+            mass = float(special.betainc(r, n + 1, 1.0 - x))
+            return log_w_n, mass, r * x / (1.0 - x) * float(special.betainc(r + 1.0, n, 1.0 - x))
+        states = _head_states(n)
+        log_w = states * math.log(lam) - np.concatenate(([0.0], np.cumsum(np.log(self.service_rates()))))
+        top = float(log_w.max())
+        w = np.exp(log_w - top)
+        return float(log_w[-1]) - top, float(w.sum()), float(w @ states)
 
 
 def _geometric(y: float, terms: int) -> tuple[float, float]:
@@ -277,66 +337,26 @@ def _head_states(max_batch: int) -> Array:
     return states
 
 
-def _solve_rows(
-    lam: Array, cum_log_mu: Array, log_mu_top: Array, max_queue: int, work: Work | list[Work]
-) -> list[_Solved]:
-    """The metrics of §3.3 per row at rates `lam` (per ms, all > 0): `cum_log_mu` (rows or 1 × N+1) holds
-    Σ_{j<n} log μ_(j+1) for n = 0..N and `log_mu_top` (rows or 1) log μ_N; `work` shared or one per row.
-
-    The head (states 0..N) is summed element by element, vectorised over rows and scaled by its largest weight;
-    the Q queue states are a geometric series from state N (`_tail`). The distribution's log is concave (μ_n rises
-    with n), so when the queue's last state K outweighs the head, it is the largest and the row is rescaled to it."""
-    n_max = cum_log_mu.shape[1] - 1
-    states = _head_states(n_max)
-    log_lam = np.log(lam)
-    log_w = np.multiply.outer(log_lam, states)
-    log_w -= cum_log_mu
-    head_top = log_w.max(axis=1)
-    log_w -= head_top[:, None]
-    log_w_n = log_w[:, -1].tolist()
-    w = np.exp(log_w, out=log_w)
-    rows = zip(
-        lam.tolist(),
-        (log_lam - log_mu_top).tolist(),
-        log_w_n,
-        w.sum(axis=1).tolist(),
-        (w @ states).tolist(),
-        strict=True,
-    )
-    solved = []
-    for row, (rate, log_r, log_wn, mass, first) in enumerate(rows):
-        log_wk = log_wn + max_queue * log_r  # state K against the head's largest weight
-        scale = math.exp(-log_wk) if log_wk > 0 else 1.0
-        head = _Head(math.exp(log_wn) * scale, math.exp(min(log_wk, 0.0)), log_r, mass * scale, first * scale)
-        try:
-            solved.append(_solve_row(rate, head, n_max, max_queue, work[row] if isinstance(work, list) else work))
-        except ArithmeticError:  # a degenerate row (a zero throughput): no answer, never an exception
-            solved.append(_Solved(math.nan, math.nan, math.nan, math.nan, math.nan))
-    return solved
-
-
-class _Head(NamedTuple):
-    """One row's chain below the queue, weights relative to the largest: w_N, w_K, ln r, Σ_0..N w, Σ_0..N n·w."""
-
-    w_n: float
-    w_k: float
-    log_r: float
-    mass: float
-    first: float
-
-
-def _solve_row(rate: float, head: _Head, n_max: int, max_queue: int, work: Work) -> _Solved:
-    """One row of `_solve_rows` in plain floats (module docstring, §3.2–3.3)."""
-    tail_mass, tail_first = _tail(head.w_n, head.w_k, head.log_r, max_queue)
-    total = head.mass + tail_mass
-    in_servers = (head.first + n_max * tail_mass) / total  # Σ_1..N i·p_i + N·(1 − Σ_0..N p_i)
-    mean_in_system = (head.first + n_max * tail_mass + tail_first) / total
-    p_full = head.w_k / total  # w_K = w_N when Q = 0
-    throughput = rate * (1.0 - p_full)
+def _solve_chain(lam: float, chain: _Chain, work: Work) -> _Solved:
+    """The metrics of §3.3 at λ per ms (> 0, at most μ_N): the head in closed form (`_Chain.head`), the Q queue
+    states a geometric series from state N (`_tail`). The distribution's log is concave (μ_n rises with n), so
+    when the queue's last state K outweighs the head it is the largest, and the weights are rescaled to it."""
+    log_w_n, mass, first = chain.head(lam)
+    log_r = math.log(lam) - chain.log_mu_top
+    log_w_k = log_w_n + chain.max_queue * log_r
+    scale = math.exp(-log_w_k) if log_w_k > 0 else 1.0
+    w_n, w_k = math.exp(log_w_n) * scale, math.exp(min(log_w_k, 0.0))
+    mass, first = mass * scale, first * scale
+    tail_mass, tail_first = _tail(w_n, w_k, log_r, chain.max_queue)
+    total = mass + tail_mass
+    n_max = chain.max_batch
+    in_servers = (first + n_max * tail_mass) / total  # Σ_1..N i·p_i + N·(1 − Σ_0..N p_i)
+    mean_in_system = (first + n_max * tail_mass + tail_first) / total
+    throughput = lam * (1.0 - w_k / total)  # w_K = w_N when Q = 0
     service = in_servers / throughput
     wait = max(mean_in_system / throughput - service, 0.0)
     prefill = float(work.prefill_ms(in_servers))
-    itl = (service - prefill) / float(work.output_tokens)
+    itl = (service - prefill) / work.output_tokens
     return _Solved(wait + prefill + itl, itl, in_servers, wait, throughput)
 
 
@@ -367,34 +387,26 @@ def analyze_rows(
     table = np.empty((rows, 6))  # α, β, γ, I, O, rate
     table[:, :3] = params_ms
     table[:, 3], table[:, 4], table[:, 5] = input_tokens, output_tokens, rate_rps
-    with np.errstate(all="ignore"):
-        valid = (
-            np.isfinite(table).all(axis=1)
-            & (table[:, 1:5] >= _LOWER_BOUNDS).all(axis=1)
-            & (table[:, 0] > 0)
-            & (table[:, 5] > 0)
-        )
-        work = Work(*(table[:, j : j + 1] for j in range(5)))
-        mu = work.service_rates(max_batch)
-        rates_ok = valid & ((mu > 0) & (mu < np.inf)).all(axis=1)
-        max_rps = np.where(rates_ok, mu[:, -1] * (1.0 - EPSILON) * 1000.0, np.nan)
-        ok = rates_ok & (table[:, 5] <= max_rps)
-        out = np.full((rows, 3), np.nan)
-        if np.any(ok):
-            every = bool(ok.all())
-            log_mu = np.log(mu if every else mu[ok])
-            cum = np.concatenate((np.zeros((log_mu.shape[0], 1)), np.cumsum(log_mu, axis=1)), axis=1)
-            kept = table if every else table[ok]
-            solved = _solve_rows(
-                kept[:, 5] / 1000.0, cum, log_mu[:, -1], max_queue, [Work(*r) for r in kept[:, :5].tolist()]
-            )
-            out[ok] = [(one.ttft_ms, one.itl_ms, one.wait_ms) for one in solved]
-    ok &= np.isfinite(out).all(axis=1)
-    return RowMetrics(out[:, 0], out[:, 1], out[:, 2], max_rps, ok)
-
-
-_LOWER_BOUNDS = np.array([0.0, 0.0, 0.0, 1.0])
-"""β ≥ 0, γ ≥ 0, I ≥ 0, O ≥ 1 (α > 0 and the rate > 0 are strict)."""
+    out = np.full((rows, 4), np.nan)  # TTFT, ITL, W, max rate
+    for row, (alpha, beta, gamma, i, o, rate) in enumerate(table.tolist()):
+        if not (alpha > 0 and beta >= 0 and gamma >= 0 and i >= 0 and o >= 1 and rate > 0):  # NaN fails too
+            continue
+        if not all(map(math.isfinite, (alpha, beta, gamma, i, o))):
+            continue
+        work = Work(alpha, beta, gamma, i, o)
+        a, b = work.service_terms()
+        top = max_batch / (a + b * max_batch)
+        if not (math.isfinite(a) and math.isfinite(b) and 0 < top < math.inf and a > 0):
+            continue
+        out[row, 3] = max_rps = top * (1.0 - EPSILON) * 1000.0
+        if rate > max_rps:
+            continue
+        with contextlib.suppress(ArithmeticError):  # a degenerate row: no answer, never an exception
+            solved = _solve_chain(rate / 1000.0, _Chain(a, b, max_batch, max_queue), work)
+            out[row, :3] = solved.ttft_ms, solved.itl_ms, solved.wait_ms
+    ok = np.isfinite(out).all(axis=1)
+    out[~ok, :3] = np.nan
+    return RowMetrics(out[:, 0], out[:, 1], out[:, 2], out[:, 3], ok)
 
 
 class QueueModel:
@@ -417,17 +429,15 @@ class QueueModel:
         self.max_batch = _check_int("max_batch", max_batch, 1, MAX_STATES)
         self.max_queue = _check_int("max_queue", max_queue, 0, MAX_STATES)
         self._work = Work(params.alpha_ms, params.beta_ms, params.gamma_ms, request.input_tokens, request.output_tokens)
+        a, b = self._work.service_terms()
         with np.errstate(all="ignore"):
-            serv_rate = self._work.service_rates(self.max_batch)
-        if not (np.all(np.isfinite(serv_rate)) and np.all(serv_rate > 0)):
+            slowest, fastest = 1.0 / (a + b), self.max_batch / (a + b * self.max_batch)  # μ_1 and μ_N, per ms
+        if not all(math.isfinite(v) and v > 0 for v in (a, slowest, fastest)) or not math.isfinite(b):
             raise ModelError(f"service rates are not finite and positive for {params} and {request}")
-        self._serv_rate = serv_rate
-        log_mu = np.log(serv_rate)
-        self._cum_log_mu = np.concatenate(([0.0], np.cumsum(log_mu)))[None, :]
-        self._log_mu_top = log_mu[-1:]
+        self._chain = _Chain(a, b, self.max_batch, self.max_queue)
         self._range = RateRange(
-            min_rps=float(serv_rate[0] * EPSILON * 1000.0),
-            max_rps=float(serv_rate[-1] * (1.0 - EPSILON) * 1000.0),
+            min_rps=slowest * EPSILON * 1000.0,
+            max_rps=fastest * (1.0 - EPSILON) * 1000.0,
         )
 
     def _prefill_time(self, n: Array) -> Array:
@@ -440,14 +450,14 @@ class QueueModel:
 
     @property
     def service_rates_per_ms(self) -> Array:
-        """μ_1..μ_N, requests per ms (a copy)."""
-        return self._serv_rate.copy()
+        """μ_1..μ_N, requests per ms."""
+        return self._chain.service_rates()
 
     # ---- the M/M/1/K solution ----------------------------------------------------------------------------------
 
     def _solve(self, rate_rps: float) -> Metrics:
         lam = rate_rps / 1000.0  # per ms
-        (solved,) = _solve_rows(np.array([lam]), self._cum_log_mu, self._log_mu_top, self.max_queue, self._work)
+        solved = _solve_chain(lam, self._chain, self._work)
         return Metrics(
             rate_rps=rate_rps,
             ttft_ms=solved.ttft_ms,
