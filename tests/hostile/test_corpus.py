@@ -394,7 +394,7 @@ CASES: dict[str, Case] = {
     "capacity-flat-itl-target-above-it": Case(
         capacity("--beta-ms", "0", "--gamma-ms", "0", "--itl-ms", "1000", "--ttft-ms", "0", json_output=True),
         0,
-        r'"itl_ms": 19\.99',
+        r'"itl_ms": 20\.0,',  # β = γ = 0: every request is in service exactly α·(O + 1) ms, ITL = α exactly
     ),
     "capacity-flat-itl-target-below-it": Case(
         capacity("--beta-ms", "0", "--gamma-ms", "0", "--itl-ms", "10", "--ttft-ms", "0"),

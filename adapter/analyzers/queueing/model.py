@@ -401,7 +401,7 @@ def analyze_rows(
         out[row, 3] = max_rps = top * (1.0 - EPSILON) * 1000.0
         if rate > max_rps:
             continue
-        with contextlib.suppress(ArithmeticError):  # a degenerate row: no answer, never an exception
+        with contextlib.suppress(ArithmeticError, ValueError):  # a degenerate row: no answer, never an exception
             solved = _solve_chain(rate / 1000.0, _Chain(a, b, max_batch, max_queue), work)
             out[row, :3] = solved.ttft_ms, solved.itl_ms, solved.wait_ms
     ok = np.isfinite(out).all(axis=1)
