@@ -40,6 +40,12 @@ BENCHMARKS: tuple[tuple[str, str, str, list[str]], ...] = (
         "tests.bench_decide_scale",
         [],
     ),
+    (
+        "default",
+        "The shipped default (predictive) vs V1: decide at 1,000 / 10,000 VAs; the event loop while it decides",
+        "tests.bench_default",
+        [],
+    ),
     ("wake", "Scale from zero: EPP queue > 0 -> StreamIsActive true, 100 wakes", "tests.bench_wake", []),
 )
 
@@ -118,6 +124,7 @@ def summary(figures: dict[str, Any]) -> list[Row]:
         beyond = scale["pairs"].get("10000->20000")
         if beyond is not None:
             rows.append(("  decide, 10k -> 20k VAs, paired (evidence: linear beyond)", f"{beyond:.2f}x CPU", "-", None))
+    rows.extend(_default_rows(figures, large))
     exact_modes = (
         ("v2-exact", "pools over-full"),
         ("v2-exact-headroom", "pools with room"),
@@ -183,6 +190,45 @@ def summary(figures: dict[str, Any]) -> list[Row]:
                     paced["p99_ms"] / 2,
                 )
             )
+    return rows
+
+
+def _default_rows(figures: dict[str, Any], large: dict[str, Any] | None) -> list[Row]:
+    """The shipped default's decide against the 10,000-VA / 3-s cycle: what is left of the 3 s after this run's
+    10,000-VA collect (2.1 s when the cycle benchmark did not run), per VA."""
+    default = figures.get("default")
+    if not default:
+        return []
+    by = {(r["config"], r["vas"]): r for r in default["rows"]}
+    collect_s = large["median_s"]["collect"] if large is not None else 2.1
+    budget_us = max(3.0 - collect_s, 0.0) / 10000 * 1e6
+    rows: list[Row] = []
+    learning, v1 = by.get(("learning", 1000)), by.get(("v1", 1000))
+    for name, label in (("learning", "learning alpha, beta, gamma (as shipped)"), ("profiles", "acceleratorProfiles")):
+        for vas in (1000, 10000):
+            row = by.get((name, vas))
+            if row is None:
+                continue
+            first = f"; first cycle {row['first_cycle_cpu_s']:.1f} s" if name == "learning" else ""
+            base = f"; V1 {v1['cpu_us_per_va']:.0f}" if v1 is not None and name == "learning" else ""
+            rows.append(
+                (
+                    f"decide, the shipped default, {label}, {vas:,} VAs",
+                    f"{row['median_cpu_ms']:.0f} ms CPU, {row['cpu_us_per_va']:.0f} us a VA{base}{first}",
+                    f"10,000 VAs in the 3-s cycle: <= {budget_us:.0f} us a VA",
+                    row["cpu_us_per_va"] / budget_us if budget_us else None,
+                )
+            )
+    if learning is not None and "loop_stall_ms" in learning:
+        rows.append(
+            (
+                "  event loop while a 1,000-VA cycle decides (servers share it)",
+                f"longest stall {learning['loop_stall_ms']:.0f} ms during a {learning['decide_wall_ms']:.0f}-ms "
+                "decide (the decide thread)",
+                "-",
+                None,
+            )
+        )
     return rows
 
 

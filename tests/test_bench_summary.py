@@ -40,3 +40,62 @@ def test_linear_beyond_is_evidence_without_a_goal() -> None:
 
 def test_no_figures_no_rows() -> None:
     assert bench.summary({}) == []
+
+
+DEFAULT = {
+    "cycles": 3,
+    "rows": [
+        {"config": "v1", "vas": 1000, "first_cycle_cpu_s": 0.08, "median_cpu_ms": 75.0, "cpu_us_per_va": 75.0},
+        {"config": "profiles", "vas": 1000, "first_cycle_cpu_s": 0.5, "median_cpu_ms": 300.0, "cpu_us_per_va": 300.0},
+        {
+            "config": "learning",
+            "vas": 1000,
+            "first_cycle_cpu_s": 40.0,
+            "median_cpu_ms": 1200.0,
+            "cpu_us_per_va": 1200.0,
+            "loop_stall_ms": 12.0,
+            "decide_wall_ms": 1250.0,
+        },
+        {"config": "profiles", "vas": 10000, "first_cycle_cpu_s": 5.0, "median_cpu_ms": 3000.0, "cpu_us_per_va": 300.0},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("collect_s", "budget_us"),
+    [pytest.param(2.0, 100, id="this-runs-collect"), pytest.param(None, 90, id="no-cycle-run")],
+)
+def test_the_shipped_default_is_held_to_what_the_10k_cycle_leaves_for_decide(
+    collect_s: float | None, budget_us: float
+) -> None:
+    """3 s minus the 10,000-VA collect of this run (2.1 s without one), per VA: 100 us, or 90 us."""
+    figures: dict[str, object] = {"default": DEFAULT}
+    if collect_s is not None:
+        figures["cycle"] = {
+            "rows": [
+                {
+                    "vas": 10000,
+                    "metrics": "all",
+                    "median_s": {"collect": collect_s, "decide": 0.8, "total": 2.8},
+                    "median_cpu_s": {"total": 2.8, "decide": 0.8},
+                    "peak_rss_mb": 450,
+                    "rss_growth_mb": 0,
+                    "runs": 5,
+                    "cycles": 50,
+                }
+            ]
+        }
+    rows = bench.summary(figures)  # type: ignore[arg-type]
+    _what, measured, goal, ratio = _row(
+        rows, "decide, the shipped default, learning alpha, beta, gamma (as shipped), 1,000"
+    )
+    assert goal == f"10,000 VAs in the 3-s cycle: <= {budget_us} us a VA"
+    assert ratio == pytest.approx(1200 / budget_us)
+    assert "V1 75" in measured
+    assert "first cycle 40.0 s" in measured
+    _what, measured, goal, ratio = _row(rows, "decide, the shipped default, acceleratorProfiles, 10,000")
+    assert ratio == pytest.approx(300 / budget_us)
+    assert measured.startswith("3000 ms CPU, 300 us a VA")
+    _what, measured, goal, ratio = _row(rows, "event loop while a 1,000-VA cycle decides")
+    assert (goal, ratio) == ("-", None)
+    assert measured.startswith("longest stall 12 ms during a 1250-ms decide")
