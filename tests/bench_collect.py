@@ -54,6 +54,7 @@ from adapter.domain.snapshot import DesiredAlloc, ScaleTarget, Snapshot, Variant
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import EPP_MODEL_LABEL, Query, QueryName, build_queries
 from adapter.store.decisions import DecisionStore
+from tests import benchchild
 from tests.metrics import V1_QUERIES
 
 VARIANTS_PER_MODEL = 3
@@ -396,15 +397,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.child is not None:
         row = asyncio.run(measure(args.child, args.runs, metrics=args.metrics, cycles=args.cycles, config=args.config))
-        print(json.dumps(row))
+        benchchild.report(row)
         return row
     rows = []
     for metrics in args.metrics.split(","):
         for n_vas in (int(s) for s in args.scales.split(",")):
-            cmd = [sys.executable, "-m", "tests.bench_collect", "--child", str(n_vas), "--runs", str(args.runs)]
-            cmd += ["--metrics", metrics, "--cycles", str(args.cycles), "--config", args.config]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=os.environ).stdout
-            row = json.loads(out.strip().splitlines()[-1])
+            row = benchchild.run(
+                "tests.bench_collect",
+                *(str(n_vas), "--runs", str(args.runs), "--metrics", metrics),
+                *("--cycles", str(args.cycles), "--config", args.config),
+            )
             rows.append(row)
             print(
                 f"  {metrics} {n_vas} VAs: total {row['median_s']['total'] * 1000:.0f} ms, "

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
+from tests import benchchild
+
 SIZES = (1000, 10000, 20000)
-MARK = "DECIDE-SCALE-JSON "
 
 
 def child(sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
@@ -80,12 +78,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     sizes = tuple(int(x) for x in args.sizes.split(","))
     if args.child:
-        print(MARK + json.dumps(child(sizes, args.rounds)), flush=True)
+        benchchild.report(child(sizes, args.rounds))
         return {}
-    command = [sys.executable, "-m", "tests.bench_decide_scale", "--child", "--sizes", args.sizes]
-    out = subprocess.run([*command, "--rounds", str(args.rounds)], capture_output=True, text=True, check=True)
-    line = next(x for x in out.stdout.splitlines() if x.startswith(MARK))
-    figures: dict[str, Any] = json.loads(line[len(MARK) :])
+    figures: dict[str, Any] = benchchild.run(
+        "tests.bench_decide_scale", "--sizes", args.sizes, "--rounds", str(args.rounds)
+    )
     small = sizes[0]
     print(f"decide CPU, {figures['rounds']} rounds, sizes alternating within each round (medians):")
     for n, row in figures["sizes"].items():

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
+from tests import benchchild
+
 SIZES = (1000, 10000)
-MARK = "BENCH-DEFAULT-JSON "
 PROFILES = (
     "acceleratorProfiles:\n"
     "  H100: {alpha: 6.5, beta: 0.022, gamma: 0.00005}\n"
@@ -122,12 +120,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     sizes = tuple(int(x) for x in args.sizes.split(","))
     if args.child:
-        print(MARK + json.dumps(child(sizes, args.cycles)), flush=True)
+        benchchild.report(child(sizes, args.cycles))
         return {}
-    command = [sys.executable, "-m", "tests.bench_default", "--child", "--sizes", args.sizes]
-    out = subprocess.run([*command, "--cycles", str(args.cycles)], capture_output=True, text=True, check=True)
-    line = next(x for x in out.stdout.splitlines() if x.startswith(MARK))
-    figures: dict[str, Any] = json.loads(line[len(MARK) :])
+    figures: dict[str, Any] = benchchild.run("tests.bench_default", "--sizes", args.sizes, "--cycles", str(args.cycles))
     print(f"decide CPU, median of {figures['cycles']} cycles with the state carried:")
     for row in figures["rows"]:
         print(
