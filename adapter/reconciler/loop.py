@@ -132,9 +132,7 @@ class Reconciler:
             collection = await self._collect(view, configmaps)
             snapshot = build_snapshot(view, collection, now_s=now_s)
         except Exception:
-            log.exception("engine cycle failed; serving the previous decisions")
-            if self._observer is not None:
-                self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
+            self._cycle_failed(started)
             return None
         async with self._state_lock:
             state_before = self._state
@@ -144,9 +142,7 @@ class Reconciler:
                     _DECIDER, decide_cycle, snapshot, state_before, config, now_s
                 )
             except Exception:
-                log.exception("engine cycle failed; serving the previous decisions")
-                if self._observer is not None:
-                    self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
+                self._cycle_failed(started)
                 return None
             self._store.publish(servable(result.decisions, view), now_s=now_s)
             self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
@@ -162,6 +158,12 @@ class Reconciler:
         self._previous = dict(result.decisions)
         self.cycles += 1
         return result
+
+    def _cycle_failed(self, started: float) -> None:
+        """Called from an `except` block: the cycle is lost (a bug), the previous decisions stay served."""
+        log.exception("engine cycle failed; serving the previous decisions")
+        if self._observer is not None:
+            self._observer.record_cycle_error(duration_s=time.perf_counter() - started)
 
     def _report_model_errors(self, result: CycleResult) -> None:
         """Log a model's internal error once per distinct message; the model is held, the others decided."""

@@ -54,8 +54,8 @@ def _converged(seed: int = 0) -> tuple[ekf.FilterState, random.Random]:
     ],
 )
 def test_linearise_is_h_and_its_central_differences(true, fraction, i, o, n) -> None:
-    """`linearise` solves θ and its six probes as seven rows of one solve; each row must equal `measure` (one
-    model at a time) at the same point, and the Jacobian the central difference of those."""
+    """`linearise` solves θ and its six probes as seven rows of one call; each row must equal `measure` (one row
+    at a time) at the same point, and the Jacobian the central difference of those."""
     env = _exact(true, fraction, i, o, n)
     theta = np.log(np.array(true)) + np.array([0.05, -0.03, 0.02])
     hx, h = ekf.linearise(theta, env)
@@ -86,7 +86,7 @@ def test_linearise_without_an_answer_at_a_probe() -> None:
 
 
 def test_predict_groups_pods_by_batch_limit() -> None:
-    """The fit's residuals come from one solve per batch limit; each row equals `measure` for its own pod."""
+    """The fit's residuals come from one call per batch limit; each row equals `measure` for its own pod."""
     from adapter.analyzers.queueing.ekf import _predict
 
     envs = [_exact(TRUE, f, i, o, n) for f, i, o, n in ((0.2, 512, 128, 64), (0.6, 900, 50, 32), (0.4, 256, 300, 64))]

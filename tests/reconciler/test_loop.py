@@ -395,3 +395,42 @@ async def test_a_wake_during_a_cycle_waits_for_it_and_is_decided_from_its_state(
     assert cheap is not None
     assert cheap.desired_replicas == 1
     assert cheap.decision.path is DecisionPath.LAST_RESORT
+
+
+async def test_a_decide_that_raises_loses_the_cycle_and_keeps_what_was_served(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the engine (an exception from decide, in its thread) fails that cycle only: the previous
+    decisions stay served, the failure is logged and counted, and the state lock is free for the next cycle."""
+    from prometheus_client import CollectorRegistry
+
+    import adapter.reconciler.loop as loop
+    from adapter.servers.telemetry import Telemetry
+
+    store = DecisionStore()
+    telemetry = Telemetry(store, registry=CollectorRegistry())
+    rec = Reconciler(
+        cluster=FakeCluster(busy_view()),
+        metrics=FakeMetrics(busy_collection(0.5)),
+        epp=None,
+        status=FakeStatus(),
+        leadership=FakeLeader(True),
+        store=store,
+        options=ReconcilerOptions(controller_namespace=CM),
+        observer=telemetry,
+        clock=lambda: 1_000_000.0,
+    )
+    assert await rec.run_cycle() is not None
+    served = {d.key: d.desired_replicas for d in store.list()}
+    real = loop.decide_cycle
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("a bug in the engine")
+
+    monkeypatch.setattr(loop, "decide_cycle", broken)
+    assert await rec.run_cycle() is None
+    assert {d.key: d.desired_replicas for d in store.list()} == served
+    assert "engine cycle failed; serving the previous decisions" in caplog.text
+    assert telemetry.registry.get_sample_value("wva_cycle_duration_seconds_count", {"outcome": "error"}) == 1
+    monkeypatch.setattr(loop, "decide_cycle", real)
+    assert await rec.run_cycle() is not None  # the lock was released

@@ -13,7 +13,7 @@ The filter runs on θ = log x, so every parameter stays positive and its uncerta
 
     predict   P ← P + Q                        Q = diag(0.01²)          (1 % drift per observation)
     gate      y = z − h(e^θ);  H = ∂h/∂θ       (central differences, step 0.01 in θ, i.e. 1 % of x; θ and its
-                                               six probes are seven rows of one vectorised solve, `linearise`)
+                                               six probes are seven rows of one model call, `linearise`)
               R = diag((σ_z·z)²)               σ_z = (0.05 / 1.96) / √1.0  (5 % error at 95 %, of this pod's z)
               S = H P Hᵀ + R;  NIS = yᵀ S⁻¹ y
               NIS ≥ 7.378 (the χ²₂ 97.5 % quantile), S not positive definite, or h not evaluable → rejected:
@@ -34,8 +34,8 @@ Start (`initial_state`): a maximum-a-posteriori fit of θ to this cycle's enviro
 from the defaults (α 5 ms, β 0.05 ms, γ 5e-5 ms) and from upstream's one-pod guess for each pod
 (α = 0.9·ITL, β+γ = (TTFT − α)/I, γ = (ITL − α − (β+γ)) / (I + (O+1)/2 − 1)); the lowest cost wins. A pod the
 model cannot serve at a trial θ (λ above its maximum rate) costs (10 + ln(λ/λ_max))/σ_z per component, so the
-search is pulled back towards parameters that can serve it. Each evaluation solves every pod at once (one
-vectorised solve per batch limit, `_predict`). The prior (a factor of 10 at one standard deviation)
+search is pulled back towards parameters that can serve it. Each evaluation solves every pod in one model call
+per batch limit (`_predict`). The prior (a factor of 10 at one standard deviation)
 keeps a parameter the data barely see (γ, with a few noisy pods) near a plausible value instead of letting it run
 to a limit where the filter could never see it again. P0 = diag(1²) in θ (a factor e at one σ), not the fit's
 own (Laplace) covariance: that one assumes the model is exact, and real servers deviate from it by more than the
@@ -68,7 +68,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import least_squares
 
-from adapter.analyzers.queueing.model import ServiceParams, analyze_rows
+from adapter.analyzers.queueing.model import RowMetrics, ServiceParams, analyze_rows
 from adapter.analyzers.queueing.workload import VariantLoad, usable
 
 Vector = npt.NDArray[np.float64]
@@ -274,34 +274,37 @@ _PROBES = np.vstack([np.zeros(3), *(sign * np.eye(3)[j] for j in range(3) for si
 """θ and its six central-difference probes: rows 2j+1 and 2j+2 move θ_j up and down by JACOBIAN_STEP."""
 
 
-def _evaluate(thetas: Matrix, env: Environment) -> tuple[Matrix, Vector]:
-    """h at each row of log-parameters `thetas` for one environment, in one vectorised solve: (m × 2, NaN rows
-    outside the model) and each row's maximum rate (NaN when the model cannot be built)."""
+def _h(rows: RowMetrics) -> Matrix:
+    """h = (TTFT without its decode step, ITL) per row of the model's answer; NaN rows where it has none."""
+    h = np.column_stack((rows.ttft_ms - rows.itl_ms, rows.itl_ms))
+    h[~rows.ok] = np.nan
+    return h
+
+
+def _evaluate(params: Matrix, env: Environment) -> Matrix:
+    """h at each row of (α, β, γ) for one environment, in one call (NaN rows outside the model)."""
     rows = analyze_rows(
-        np.exp(thetas),
+        params,
         env.input_tokens,
         env.output_tokens,
         env.arrival_rps,
         max_batch=env.max_batch,
         max_queue=QUEUE_TO_BATCH * env.max_batch,
     )
-    h = np.column_stack((rows.ttft_ms - rows.itl_ms, rows.itl_ms))
-    h[~rows.ok] = np.nan
-    return h, rows.max_rps
+    return _h(rows)
 
 
 def measure(x: Sequence[float] | Vector, env: Environment) -> Vector | None:
     """h(x): the model's (TTFT without its decode step, ITL) in ms for `env`, or None outside the model."""
-    with np.errstate(all="ignore"):
-        h, _ = _evaluate(np.log(np.asarray(x, dtype=np.float64))[None, :], env)
-    return h[0] if bool(np.all(np.isfinite(h[0]))) else None
+    h = _evaluate(np.asarray(x, dtype=np.float64)[None, :], env)[0]
+    return h if bool(np.all(np.isfinite(h))) else None
 
 
 def linearise(theta: Vector, env: Environment) -> tuple[Vector | None, Matrix | None]:
-    """(h(e^θ), ∂h/∂θ) in one solve of seven rows: θ and its central-difference probes, step 0.01 in θ (1 % of
+    """(h(e^θ), ∂h/∂θ) from one call of seven rows: θ and its central-difference probes, step 0.01 in θ (1 % of
     each parameter). Either is None when h fails at its rows."""
     with np.errstate(all="ignore"):
-        h, _ = _evaluate(theta[None, :] + JACOBIAN_STEP * _PROBES, env)
+        h = _evaluate(np.exp(theta[None, :] + JACOBIAN_STEP * _PROBES), env)
     hx = h[0] if bool(np.all(np.isfinite(h[0]))) else None
     if not bool(np.all(np.isfinite(h[1:]))):
         return hx, None
@@ -314,8 +317,8 @@ def jacobian(theta: Vector, env: Environment) -> Matrix | None:
 
 
 def _predict(x: Vector, envs: Sequence[Environment]) -> tuple[Matrix, Vector]:
-    """h(x) for every environment (NaN rows outside the model) and each one's maximum rate at x, one vectorised
-    solve per batch limit."""
+    """h(x) for every environment (NaN rows outside the model) and each one's maximum rate at x, one call per
+    batch limit."""
     h = np.full((len(envs), 2), np.nan)
     max_rps = np.full(len(envs), np.nan)
     groups: dict[int, list[int]] = {}
@@ -330,9 +333,7 @@ def _predict(x: Vector, envs: Sequence[Environment]) -> tuple[Matrix, Vector]:
             max_batch=max_batch,
             max_queue=QUEUE_TO_BATCH * max_batch,
         )
-        group_h = np.column_stack((rows.ttft_ms - rows.itl_ms, rows.itl_ms))
-        group_h[~rows.ok] = np.nan
-        h[members], max_rps[members] = group_h, rows.max_rps
+        h[members], max_rps[members] = _h(rows), rows.max_rps
     return h, max_rps
 
 
