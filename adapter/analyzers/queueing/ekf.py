@@ -256,10 +256,14 @@ def _as_cov(p: Matrix) -> _Cov:
 
 
 def _positive_definite(p: Matrix) -> bool:
+    """A 3×3 covariance read from outside: finite, symmetric (to 1e-6) and positive definite."""
     if p.shape != (3, 3) or not bool(np.all(np.isfinite(p))):
         return False
-    if not np.allclose(p, p.T, rtol=1e-6, atol=1e-12):
-        return False
+    return bool(np.allclose(p, p.T, rtol=1e-6, atol=1e-12)) and _cholesky_succeeds(p)
+
+
+def _cholesky_succeeds(p: Matrix) -> bool:
+    """Positive definite, for a finite matrix already symmetric (the filter's own, symmetrised after each update)."""
     try:
         np.linalg.cholesky(p)
     except np.linalg.LinAlgError:
@@ -490,7 +494,7 @@ def _step(x: Vector, p: Matrix, env: Environment, *, lo: Vector, hi: Vector) -> 
     if not _symmetric_pd_2x2(s):
         return x, p, math.nan, "innovation covariance not positive definite"
     s_inv = np.linalg.inv(s)
-    nis = normalized_innovation_squared(y, s)
+    nis = float(y @ s_inv @ y)  # normalized_innovation_squared, S already checked
     if not math.isfinite(nis) or nis >= NIS_GATE:
         return x, p, nis, f"observation rejected by the NIS gate ({nis:.3g} >= {NIS_GATE})"
     k = p @ h.T @ s_inv
@@ -509,8 +513,9 @@ def _step(x: Vector, p: Matrix, env: Environment, *, lo: Vector, hi: Vector) -> 
         k, h = k_i, h_i
     i_kh = np.eye(3) - k @ h
     p_new = i_kh @ p @ i_kh.T + k @ r @ k.T
-    p_new = (p_new + p_new.T) / 2
-    if not (bool(np.all(np.isfinite(theta))) and _positive_definite(p_new)):
+    p_new = (p_new + p_new.T) / 2  # exactly symmetric: a + b == b + a in floating point
+    finite = bool(np.all(np.isfinite(theta))) and bool(np.all(np.isfinite(p_new)))
+    if not (finite and _cholesky_succeeds(p_new)):
         return x, p, nis, "update left the parameters or their covariance not finite"
     return theta, p_new, nis, ""
 

@@ -486,8 +486,8 @@ class QueueModel:
         lo, hi = self._range
 
         def metric(rate: float) -> float:
-            m = self._solve(rate)
-            return m.ttft_ms if param == "ttft_ms" else m.itl_ms
+            solved = _solve_chain(rate / 1000.0, self._chain, self._work)
+            return solved.ttft_ms if param == "ttft_ms" else solved.itl_ms
 
         def close(y: float) -> bool:
             return y == target or abs((y - target) / target) <= TOLERANCE
