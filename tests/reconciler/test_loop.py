@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from adapter.domain.cluster import ClusterView, Collection, InferencePoolInfo, ModelQuery
 from adapter.domain.errors import PrometheusUnavailable
@@ -24,6 +25,7 @@ from adapter.domain.snapshot import (
     VariantView,
 )
 from adapter.reconciler.loop import Reconciler, ReconcilerOptions
+from adapter.servers.telemetry import Telemetry
 from adapter.store import DecisionStore
 
 NS = "llm"
@@ -295,12 +297,8 @@ async def test_an_invalid_va_is_logged_once_and_not_decided(caplog: pytest.LogCa
     assert VariantKey(NS, "broken") not in {e.key for e in store.list()}
 
 
-async def test_collection_outcome_and_dropped_samples_reach_telemetry() -> None:
-    from prometheus_client import CollectorRegistry
-
-    from adapter.servers.telemetry import Telemetry
-
-    collection = replace(busy_collection(0.5), dropped_samples={"nan": 3, "unknown-pod": 2})
+def with_telemetry(collection: Collection) -> tuple[Reconciler, DecisionStore, Telemetry]:
+    """A leader over the busy view whose cycles report to a real Telemetry (its own registry)."""
     store = DecisionStore()
     telemetry = Telemetry(store, registry=CollectorRegistry())
     rec = Reconciler(
@@ -314,6 +312,12 @@ async def test_collection_outcome_and_dropped_samples_reach_telemetry() -> None:
         observer=telemetry,
         clock=lambda: 1_000_000.0,
     )
+    return rec, store, telemetry
+
+
+async def test_collection_outcome_and_dropped_samples_reach_telemetry() -> None:
+    collection = replace(busy_collection(0.5), dropped_samples={"nan": 3, "unknown-pod": 2})
+    rec, _, telemetry = with_telemetry(collection)
     await rec.run_cycle()
     await rec.run_cycle()
     reg = telemetry.registry
@@ -402,24 +406,9 @@ async def test_a_decide_that_raises_loses_the_cycle_and_keeps_what_was_served(
 ) -> None:
     """A bug in the engine (an exception from decide, in its thread) fails that cycle only: the previous
     decisions stay served, the failure is logged and counted, and the state lock is free for the next cycle."""
-    from prometheus_client import CollectorRegistry
-
     import adapter.reconciler.loop as loop
-    from adapter.servers.telemetry import Telemetry
 
-    store = DecisionStore()
-    telemetry = Telemetry(store, registry=CollectorRegistry())
-    rec = Reconciler(
-        cluster=FakeCluster(busy_view()),
-        metrics=FakeMetrics(busy_collection(0.5)),
-        epp=None,
-        status=FakeStatus(),
-        leadership=FakeLeader(True),
-        store=store,
-        options=ReconcilerOptions(controller_namespace=CM),
-        observer=telemetry,
-        clock=lambda: 1_000_000.0,
-    )
+    rec, store, telemetry = with_telemetry(busy_collection(0.5))
     assert await rec.run_cycle() is not None
     served = {d.key: d.desired_replicas for d in store.list()}
     real = loop.decide_cycle
