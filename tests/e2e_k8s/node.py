@@ -216,6 +216,8 @@ class Node:
         seen: set[tuple[str, str]] = set()
         changed = False
         for pod in items:
+            if namespace not in self.namespaces:
+                return  # released (a test's teardown) during one of the awaits below
             meta = pod["metadata"]
             key = (namespace, meta["name"])
             if meta.get("deletionTimestamp"):
@@ -231,10 +233,14 @@ class Node:
             now_s = int(time.time())  # one whole second for the check and the stamp it writes
             if not _ready(pod) and self._started(pod, self.pods[key].variant, now_s):
                 await loop.run_in_executor(None, functools.partial(self._mark_ready, pod, now_s))
-                self.pods[key].ready_at_s = time.monotonic()
+                emulated = self.pods.get(key)  # None if the namespace was released meanwhile
+                if emulated is not None:
+                    emulated.ready_at_s = time.monotonic()
         for key in [k for k in self.pods if k[0] == namespace and k not in seen]:
-            await self.pods.pop(key).server.stop()
-            changed = True
+            gone = self.pods.pop(key, None)
+            if gone is not None:
+                await gone.server.stop()
+                changed = True
         if changed:
             self._spread(namespace)
             self._publish()
