@@ -565,11 +565,11 @@ def _repeats(raw: np.ndarray, period: int) -> bool:
     `min(period − 1, PERSISTENCE_STEPS)` steps before does (mean absolute error, by `BACKTEST_MARGIN`).
 
     Why both: a step up, detrended, looks like two teeth of a saw, and predicted by its own past period it is
-    wrong by the step; their spread must also stand `NOISE_RATIO` × the step noise above it (`_step_noise`); and
-    Pearson's correlation is blind to scale, so over a short overlap one burst (std 8 req/s)
-    can correlate at 0.9 with base-load noise (std 0.5) one "period" later — no repeat at all, and the seasonal
-    forecast would copy the burst into a quiet future. Example: one 30 req/s burst at steps 10–13 of a 31-step
-    4 req/s series "repeats" at lag 19 (r ≥ 0.9): the spreads are 8.3 and 0.5 ⇒ rejected."""
+    wrong by the step; a repeat must also spread over at least `NOISE_RATIO` × the series' step noise
+    (`_step_noise`), or it is noise; and Pearson's correlation is blind to scale, so over a short overlap one burst
+    (std 8 req/s) can correlate at 0.9 with base-load noise (std 0.5) one "period" later — no repeat at all, and the
+    seasonal forecast would copy the burst into a quiet future. Example: one 30 req/s burst at steps 10–13 of a
+    31-step 4 req/s series "repeats" at lag 19 (r ≥ 0.9): the spreads are 8.3 and 0.5 ⇒ rejected."""
     n = raw.size
     window = np.arange(max(n - period, period), n)
     if window.size < 2:

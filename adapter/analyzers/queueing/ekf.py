@@ -479,7 +479,12 @@ def normalized_innovation_squared(y: Vector, s: Matrix) -> float:
     16/4 + 4/1 = 8 ≥ 7.378, so the observation is rejected."""
     if not _symmetric_pd_2x2(s):
         return math.nan
-    return float(y @ np.linalg.inv(s) @ y)
+    return _nis(y, np.linalg.inv(s))
+
+
+def _nis(y: Vector, s_inv: npt.NDArray[np.floating[Any]]) -> float:
+    """yᵀ S⁻¹ y from an S⁻¹ at hand (`_step` has inverted S for the gain already)."""
+    return float(y @ s_inv @ y)
 
 
 def _step(x: Vector, p: Matrix, env: Environment, *, lo: Vector, hi: Vector) -> tuple[Vector, Matrix, float, str]:
@@ -494,7 +499,7 @@ def _step(x: Vector, p: Matrix, env: Environment, *, lo: Vector, hi: Vector) -> 
     if not _symmetric_pd_2x2(s):
         return x, p, math.nan, "innovation covariance not positive definite"
     s_inv = np.linalg.inv(s)
-    nis = float(y @ s_inv @ y)  # normalized_innovation_squared, S already checked
+    nis = _nis(y, s_inv)  # S checked above: normalized_innovation_squared without inverting it again
     if not math.isfinite(nis) or nis >= NIS_GATE:
         return x, p, nis, f"observation rejected by the NIS gate ({nis:.3g} >= {NIS_GATE})"
     k = p @ h.T @ s_inv

@@ -263,9 +263,32 @@ class _Chain(NamedTuple):
     max_batch: int
     max_queue: int
 
+    @classmethod
+    def of(cls, work: Work, max_batch: int, max_queue: int) -> _Chain | None:
+        """The chain of `work` (inputs already in range), or None when its service rates are not finite and positive
+        (a + b·n overflowing, say): the one check `QueueModel` and `analyze_rows` share."""
+        a, b = work.service_terms()
+        if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b >= 0):
+            return None
+        chain = cls(a, b, max_batch, max_queue)
+        slowest, fastest = chain.mu_ms(1), chain.mu_ms(max_batch)
+        return chain if slowest > 0 and fastest > 0 else None
+
+    def mu_ms(self, n: int) -> float:
+        """μ_n = n/(a + b·n), requests per ms (n ≤ N)."""
+        return n / (self.a_ms + self.b_ms * n)
+
+    @property
+    def rate_range(self) -> RateRange:
+        """μ_1·ε and μ_N·(1−ε), req/s: the rates the model answers for."""
+        return RateRange(
+            min_rps=self.mu_ms(1) * EPSILON * 1000.0,
+            max_rps=self.mu_ms(self.max_batch) * (1.0 - EPSILON) * 1000.0,
+        )
+
     @property
     def log_mu_top(self) -> float:
-        return math.log(self.max_batch / (self.a_ms + self.b_ms * self.max_batch))
+        return math.log(self.mu_ms(self.max_batch))
 
     def service_rates(self) -> Array:
         n = np.arange(1, self.max_batch + 1, dtype=np.float64)
@@ -394,15 +417,14 @@ def analyze_rows(
         if not all(map(math.isfinite, (alpha, beta, gamma, i, o))):
             continue
         work = Work(alpha, beta, gamma, i, o)
-        a, b = work.service_terms()
-        top = max_batch / (a + b * max_batch)
-        if not (math.isfinite(a) and math.isfinite(b) and 0 < top < math.inf and a > 0):
+        chain = _Chain.of(work, max_batch, max_queue)
+        if chain is None:
             continue
-        out[row, 3] = max_rps = top * (1.0 - EPSILON) * 1000.0
+        out[row, 3] = max_rps = chain.rate_range.max_rps
         if rate > max_rps:
             continue
         with contextlib.suppress(ArithmeticError, ValueError):  # a degenerate row: no answer, never an exception
-            solved = _solve_chain(rate / 1000.0, _Chain(a, b, max_batch, max_queue), work)
+            solved = _solve_chain(rate / 1000.0, chain, work)
             out[row, :3] = solved.ttft_ms, solved.itl_ms, solved.wait_ms
     ok = np.isfinite(out).all(axis=1)
     out[~ok, :3] = np.nan
@@ -429,16 +451,11 @@ class QueueModel:
         self.max_batch = _check_int("max_batch", max_batch, 1, MAX_STATES)
         self.max_queue = _check_int("max_queue", max_queue, 0, MAX_STATES)
         self._work = Work(params.alpha_ms, params.beta_ms, params.gamma_ms, request.input_tokens, request.output_tokens)
-        a, b = self._work.service_terms()
-        with np.errstate(all="ignore"):
-            slowest, fastest = 1.0 / (a + b), self.max_batch / (a + b * self.max_batch)  # μ_1 and μ_N, per ms
-        if not all(math.isfinite(v) and v > 0 for v in (a, slowest, fastest)) or not math.isfinite(b):
+        chain = _Chain.of(self._work, self.max_batch, self.max_queue)
+        if chain is None:
             raise ModelError(f"service rates are not finite and positive for {params} and {request}")
-        self._chain = _Chain(a, b, self.max_batch, self.max_queue)
-        self._range = RateRange(
-            min_rps=slowest * EPSILON * 1000.0,
-            max_rps=fastest * (1.0 - EPSILON) * 1000.0,
-        )
+        self._chain = chain
+        self._range = chain.rate_range
 
     def _prefill_time(self, n: Array) -> Array:
         return np.asarray(self._work.prefill_ms(n), dtype=np.float64)
