@@ -81,6 +81,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -431,6 +432,42 @@ def analyze_rows(
     return RowMetrics(out[:, 0], out[:, 1], out[:, 2], out[:, 3], ok)
 
 
+def _ttft(solved: _Solved) -> float:
+    return solved.ttft_ms
+
+
+def _itl(solved: _Solved) -> float:
+    return solved.itl_ms
+
+
+def _close(y: float, target: float) -> bool:
+    """Whether a metric is within `TOLERANCE` (relative) of its target: where the λ* search stops."""
+    return y == target or abs((y - target) / target) <= TOLERANCE
+
+
+def _root(
+    solve: Callable[[float], _Solved],
+    pick: Callable[[_Solved], float],
+    target: float,
+    low: tuple[float, _Solved],
+    high: tuple[float, _Solved],
+) -> tuple[float, _Solved]:
+    """The rate in (low, high) where the rising metric `pick(solve(rate))` meets `target`, and the model there."""
+    lo, hi = low[0], high[0]
+    found = low
+    for _ in range(MAX_ITERATIONS):
+        mid = (lo + hi) / 2.0
+        found = mid, solve(mid)
+        y = pick(found[1])
+        if _close(y, target):
+            return found
+        if y < target:
+            lo = mid
+        else:
+            hi = mid
+    return found
+
+
 class QueueModel:
     """One replica of a model server. See the module docstring for the equations."""
 
@@ -473,17 +510,7 @@ class QueueModel:
     # ---- the M/M/1/K solution ----------------------------------------------------------------------------------
 
     def _solve(self, rate_rps: float) -> Metrics:
-        lam = rate_rps / 1000.0  # per ms
-        solved = _solve_chain(lam, self._chain, self._work)
-        return Metrics(
-            rate_rps=rate_rps,
-            ttft_ms=solved.ttft_ms,
-            itl_ms=solved.itl_ms,
-            rho=min(max(solved.in_servers / self.max_batch, 0.0), 1.0),
-            throughput_rps=solved.throughput_per_ms * 1000.0,
-            avg_batch=solved.in_servers,
-            wait_ms=solved.wait_ms,
-        )
+        return self._metrics(rate_rps, self._at(rate_rps))
 
     def analyze(self, rate_rps: float) -> Metrics:
         """The metrics at arrival rate `rate_rps` (req/s), which must be in (0, rate_range_rps.max_rps]."""
@@ -498,28 +525,38 @@ class QueueModel:
 
     # ---- λ* ----------------------------------------------------------------------------------------------------
 
-    def _largest_rate_for(self, param: str, label: str, target: float) -> float:
-        """Upstream's BinarySearch for one target, increasing or decreasing metric."""
-        lo, hi = self._range
+    def _metrics(self, rate_rps: float, solved: _Solved) -> Metrics:
+        return Metrics(
+            rate_rps=rate_rps,
+            ttft_ms=solved.ttft_ms,
+            itl_ms=solved.itl_ms,
+            rho=min(max(solved.in_servers / self.max_batch, 0.0), 1.0),
+            throughput_rps=solved.throughput_per_ms * 1000.0,
+            avg_batch=solved.in_servers,
+            wait_ms=solved.wait_ms,
+        )
 
-        def metric(rate: float) -> float:
-            solved = _solve_chain(rate / 1000.0, self._chain, self._work)
-            return solved.ttft_ms if param == "ttft_ms" else solved.itl_ms
+    def _at(self, rate_rps: float) -> _Solved:
+        return _solve_chain(rate_rps / 1000.0, self._chain, self._work)
 
-        def close(y: float) -> bool:
-            return y == target or abs((y - target) / target) <= TOLERANCE
-
-        y_lo, y_hi = metric(lo), metric(hi)
-        if close(y_lo):
-            return lo
-        if close(y_hi):
-            return hi
-        increasing = y_hi >= y_lo
-        if not increasing:
+    def _largest_rate_for(
+        self, param: str, label: str, target: float, low: tuple[float, _Solved], high: tuple[float, _Solved]
+    ) -> tuple[float, _Solved]:
+        """λ* for one target and the model solved there: `low` and `high` are the rate range's ends, solved once for
+        both targets. The metric rises with the rate (TTFT always, ITL nearly always: module docstring) or, where
+        it falls, the highest rate is the answer or nothing is."""
+        pick = _ttft if param == "ttft_ms" else _itl
+        (lo, at_lo), (hi, at_hi) = low, high
+        y_lo, y_hi = pick(at_lo), pick(at_hi)
+        if _close(y_lo, target):
+            return low
+        if _close(y_hi, target):
+            return high
+        if y_hi < y_lo:
             # The metric falls as the rate rises (ITL with O < 3 or a batch of one, or flat within rounding,
             # e.g. β = γ = 0): the highest rate is the best; it meets the target or nothing does.
             if target >= y_hi:
-                return hi
+                return high
             raise BeyondModel(
                 param,
                 f"target {target:g} ms is below the bounded region: the minimum achievable {label} is "
@@ -532,18 +569,8 @@ class QueueModel:
                 f"{y_lo:.6g} ms (at {lo:.6g} req/s)",
             )
         if target > y_hi:
-            return hi
-        mid = lo
-        for _ in range(MAX_ITERATIONS):
-            mid = (lo + hi) / 2.0
-            y = metric(mid)
-            if close(y):
-                return mid
-            if (y < target) == increasing:
-                lo = mid
-            else:
-                hi = mid
-        return mid
+            return high
+        return _root(self._at, pick, target, low, high)
 
     def max_rate(self, ttft_ms: float, itl_ms: float) -> Metrics:
         """The metrics at λ*, the largest rate meeting both targets (ms; 0 = unconstrained; not both 0)."""
@@ -551,9 +578,11 @@ class QueueModel:
         itl = _check_min("itl_ms", itl_ms, 0.0, strict=False)
         if ttft == 0 and itl == 0:
             raise InvalidInput("targets", "must constrain something: ttft_ms and itl_ms are both 0 (unconstrained)")
-        rates = [self._range.max_rps]
-        if ttft > 0:
-            rates.append(self._largest_rate_for("ttft_ms", "TTFT", ttft))
-        if itl > 0:
-            rates.append(self._largest_rate_for("itl_ms", "ITL", itl))
-        return self._solve(min(rates))
+        lo, hi = self._range
+        low, high = (lo, self._at(lo)), (hi, self._at(hi))
+        best = high
+        for param, label, target in (("ttft_ms", "TTFT", ttft), ("itl_ms", "ITL", itl)):
+            if target > 0:
+                found = self._largest_rate_for(param, label, target, low, high)
+                best = found if found[0] < best[0] else best
+        return self._metrics(*best)
