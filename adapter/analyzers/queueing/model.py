@@ -62,9 +62,10 @@ Differences from upstream, on purpose:
   at the lowest rates both lose digits in ITL = (S − prefill)/O. `analyze_rows` solves many (parameters,
   request, rate) rows in one call without raising, for the EKF's Jacobian and fit.
 * λ* by Brent's method (`_root`) where upstream bisects: the same stopping rule (the metric within 1e-6 of the
-  target), reached in 5–12 solves a target instead of 19–42 (the worked example: 12 solves for both targets, 44
-  bisecting); rates can differ within the tolerance's width (1e-6 on the metric, ~1e-6 relative on λ*: 11.9650101
-  against 11.9650132 req/s above). 100 simulation runs of the benchmark scenarios decided the same either way.
+  target), reached in 4–11 solves a target instead of 19–23 on the tests' targets (the worked example: 12 solves
+  for both targets and the range's ends, 44 bisecting). Rates can differ within the tolerance's width (1e-6 on
+  the metric, ~1e-6 relative on λ*: 11.9650101 against 11.9650132 req/s above); 100 simulation runs of the
+  benchmark scenarios decided the same either way.
 * Inputs are validated up front (α > 0, β ≥ 0, γ ≥ 0, all finite; see the classes), with messages that name the
   parameter, the value and the allowed range. Upstream's validity check (``1 − p_0`` below K) is always satisfied
   and is not reproduced.
@@ -466,13 +467,13 @@ def _root(
     inside the bracket and shrinks it fast enough, else a bisection step; the bracket [low, high] always holds the
     root. The log makes g nearly linear where TTFT's queueing wait climbs steeply towards the top of the range, so
     interpolation is accepted there too. Stops at the first rate whose metric is within tolerance, as upstream's
-    bisection does, after 5–9 solves where bisection takes 10–25 (the same acceptance rule: rates can differ
-    within the tolerance's width; tests/queueing/test_model.py). Example: the module docstring's model, ITL
-    target 100 ms: λ* = 11.9650 req/s."""
+    bisection does (the same acceptance rule: rates can differ within the tolerance's width), after 4–11 solves
+    where bisection takes 19–23 (tests/queueing/test_model.py). Example: the module docstring's model, ITL target
+    100 ms: λ* = 11.9650 req/s in 5 solves besides the range's ends."""
 
     def g(solved: _Solved) -> float:
         y = pick(solved)
-        return math.log(y / target) if y > 0 else -_EXP_LIMIT
+        return math.log(y / target) if y > 0 else -_EXP_LIMIT  # no metric is ≤ 0; if one were, it is far below
 
     a = (low[0], low[1], g(low[1]))
     b = (high[0], high[1], g(high[1]))
@@ -555,7 +556,7 @@ class QueueModel:
     # ---- the M/M/1/K solution ----------------------------------------------------------------------------------
 
     def _solve(self, rate_rps: float) -> Metrics:
-        return self._metrics(rate_rps, self._at(rate_rps))
+        return self._metrics(rate_rps, self._solved_at(rate_rps))
 
     def analyze(self, rate_rps: float) -> Metrics:
         """The metrics at arrival rate `rate_rps` (req/s), which must be in (0, rate_range_rps.max_rps]."""
@@ -581,7 +582,7 @@ class QueueModel:
             wait_ms=solved.wait_ms,
         )
 
-    def _at(self, rate_rps: float) -> _Solved:
+    def _solved_at(self, rate_rps: float) -> _Solved:
         return _solve_chain(rate_rps / 1000.0, self._chain, self._work)
 
     def _largest_rate_for(
@@ -615,7 +616,7 @@ class QueueModel:
             )
         if target > y_hi:
             return high
-        return _root(self._at, pick, target, low, high)
+        return _root(self._solved_at, pick, target, low, high)
 
     def max_rate(self, ttft_ms: float, itl_ms: float) -> Metrics:
         """The metrics at λ*, the largest rate meeting both targets (ms; 0 = unconstrained; not both 0)."""
@@ -624,7 +625,7 @@ class QueueModel:
         if ttft == 0 and itl == 0:
             raise InvalidInput("targets", "must constrain something: ttft_ms and itl_ms are both 0 (unconstrained)")
         lo, hi = self._range
-        low, high = (lo, self._at(lo)), (hi, self._at(hi))
+        low, high = (lo, self._solved_at(lo)), (hi, self._solved_at(hi))
         best = high
         for param, label, target in (("ttft_ms", "TTFT", ttft), ("itl_ms", "ITL", itl)):
             if target > 0:
