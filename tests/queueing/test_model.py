@@ -289,6 +289,13 @@ def test_rows_agree_with_one_model_at_a_time(rows, n, q):
         assert got.max_rps[index] == pytest.approx(qm.rate_range_rps.max_rps, rel=1e-12)
 
 
+def test_no_rows_give_empty_answers():
+    from adapter.analyzers.queueing.model import analyze_rows
+
+    got = analyze_rows(np.empty((0, 3)), 512.0, 128.0, 5.0, max_batch=256, max_queue=100)
+    assert [len(column) for column in got] == [0, 0, 0, 0, 0]
+
+
 def test_rows_outside_the_model_have_no_answer_and_never_raise():
     from adapter.analyzers.queueing.model import analyze_rows
 
