@@ -487,6 +487,8 @@ def _root(
         y = pick(solved)
         return math.log(y / target) if y > 0 else -_EXP_LIMIT  # no metric is ≤ 0; if one were, it is far below
 
+    # Brent's names: a, b, c are (rate, model, g) with b the best guess, c across the root from b, a the previous
+    # b; `step` is the last step taken and `previous` the one before it (an interpolation must halve it).
     a = (low[0], low[1], g(low[1]))
     b = (high[0], high[1], g(high[1]))
     c = a
