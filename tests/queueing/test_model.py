@@ -404,19 +404,16 @@ def test_lambda_star_takes_a_few_solves(example, monkeypatch, ttft, itl):
     beta=st.floats(0.0, 0.5),
     gamma=st.floats(0.0, 0.002),
     i=st.sampled_from([0.0, 100.0, 800.0, 4000.0]),
-    o=st.sampled_from([3.0, 50.0, 200.0]),
-    n=st.sampled_from([2, 8, 256]),
+    o=st.sampled_from([1.0, 3.0, 200.0]),
+    n=st.sampled_from([1, 8, 256]),
     q=st.sampled_from([0, 100, 2560]),
     ttft=st.sampled_from([0.0, 150.0, 800.0, 3000.0]),
     itl=st.sampled_from([0.0, 20.0, 60.0, 150.0]),
 )
 @settings(max_examples=200, deadline=None)
 def test_lambda_star_is_the_largest_rate_within_the_targets(alpha, beta, gamma, i, o, n, q, ttft, itl):
-    """On any model whose ITL rises with the rate (O ≥ 3, a batch of 2 or more: the module docstring): λ* meets
-    every target to the tolerance and, below the top of the range, one of them binds; or no rate meets a target
-    (BeyondModel). Where ITL falls with the rate (a batch of one, O < 3) λ* keeps upstream's answer, which can
-    miss the ITL target at the TTFT-bound rate (α 23, β 0.5, I 800, O 3, N 1: ITL 151 ms at TTFT 800 ms, target
-    150; bisecting gave the same)."""
+    """On any model, ITL rising or falling with the rate: λ* meets every target to the tolerance and, below the top
+    of the range, one of them binds; or no rate meets both (BeyondModel)."""
     if ttft == 0 and itl == 0:
         itl = 60.0
     qm = model(alpha, beta, gamma, i, o, n, q)
@@ -429,6 +426,17 @@ def test_lambda_star_is_the_largest_rate_within_the_targets(alpha, beta, gamma, 
     assert max(gaps) <= TOLERANCE
     if m.rate_rps < qm.rate_range_rps.max_rps:
         assert min(abs(gap) for gap in gaps) <= TOLERANCE
+
+
+def test_falling_itl_that_misses_at_the_ttft_bound_rate_has_no_lambda_star():
+    """A batch of one: ITL falls as the rate rises, so the rates within an ITL target lie above a threshold; here
+    the TTFT target allows at most 0.20995 req/s, where ITL is 151 ms against 150 (upstream returned that rate)."""
+    qm = model(alpha=23.0, beta=0.5, gamma=0.0, i=800.0, o=3.0, n=1, q=100)
+    with pytest.raises(BeyondModel, match="no rate meets both targets") as caught:
+        qm.max_rate(800.0, 150.0)
+    assert caught.value.param == "itl_ms"
+    assert qm.max_rate(800.0, 152.0).ttft_ms == pytest.approx(800.0, rel=TOLERANCE)  # a looser ITL: TTFT binds
+    assert qm.max_rate(0.0, 150.0).rate_rps == qm.rate_range_rps.max_rps  # ITL alone: the highest rate
 
 
 def test_targets_above_the_range_give_the_maximum_rate(example):

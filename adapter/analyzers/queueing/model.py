@@ -29,7 +29,8 @@ Metrics at a rate (§3.3), with ``prefill = PrefillTime(avgNumInServers)`` at th
 λ* (§3.4, `max_rate`): for each positive target, search λ over the rate range until the metric is within relative
 tolerance 1e-6 of the target (the bounds are tried first); a target below the metric at the lowest rate is an error
 ("below the bounded region"), a target above the metric at the highest rate yields the highest rate. λ* is the
-minimum over the targets; a target of 0 leaves that dimension unconstrained.
+minimum over the targets, and the model there must meet both (see below for ITL falling with the rate); a target
+of 0 leaves that dimension unconstrained.
 
 Worked example (asserted by tests/queueing/test_model.py): α = 20, β = 0.08, γ = 0.0002, I = 512, O = 128,
 N = 256, Q = 100::
@@ -76,7 +77,10 @@ request spends in service. With max_batch = 1, S = 1/μ_1 at every rate, so ITL 
 With few output tokens the prefill term grows faster than S: ITL fell by up to 12 % with O ≈ 1 and max_batch 2
 in random searches over 136,000 models. It never fell with O ≥ 3 and max_batch ≥ 2, there or in hypothesis runs.
 Real chat and code traces average tens to hundreds of output tokens. tests/queueing/test_model.py pins all three
-cases. Where ITL is not monotone, λ* for an ITL target comes from a search that assumes that it is (as upstream's).
+cases. Where ITL falls with the rate, the rates that meet an ITL target lie above a threshold: λ* is then the
+TTFT-bound rate when its ITL meets the target too, else no rate meets both (BeyondModel), where upstream returns
+that rate anyway (α 23, β 0.5, γ 0, I 800, O 3, N 1, targets TTFT 800 / ITL 150 ms: at 0.20995 req/s ITL is 151
+ms).
 
 Pure: numpy, scipy.special and the standard library only, no I/O.
 """
@@ -459,6 +463,15 @@ def _itl(solved: _Solved) -> float:
     return solved.itl_ms
 
 
+class _Target(NamedTuple):
+    """One target of `max_rate`: its parameter name and label (for errors), its value in ms, the metric it bounds."""
+
+    param: str
+    label: str
+    ms: float
+    pick: Callable[[_Solved], float]
+
+
 def _close(y: float, target: float) -> bool:
     """Whether a metric is within `TOLERANCE` (relative) of its target: where the λ* search stops."""
     return y == target or abs((y - target) / target) <= TOLERANCE
@@ -600,12 +613,12 @@ class QueueModel:
         return _solve_chain(rate_rps / 1000.0, self._chain, self._work)
 
     def _largest_rate_for(
-        self, param: str, label: str, target: float, low: tuple[float, _Solved], high: tuple[float, _Solved]
+        self, goal: _Target, low: tuple[float, _Solved], high: tuple[float, _Solved]
     ) -> tuple[float, _Solved]:
         """λ* for one target and the model solved there: `low` and `high` are the rate range's ends, solved once for
         both targets. The metric rises with the rate (TTFT always, ITL nearly always: module docstring) or, where
         it falls, the highest rate is the answer or nothing is."""
-        pick = _ttft if param == "ttft_ms" else _itl
+        param, label, target, pick = goal
         (lo, at_lo), (hi, at_hi) = low, high
         y_lo, y_hi = pick(at_lo), pick(at_hi)
         if _close(y_lo, target):
@@ -640,9 +653,24 @@ class QueueModel:
             raise InvalidInput("targets", "must constrain something: ttft_ms and itl_ms are both 0 (unconstrained)")
         lo, hi = self._range
         low, high = (lo, self._solved_at(lo)), (hi, self._solved_at(hi))
+        goals = [
+            goal
+            for goal in (_Target("ttft_ms", "TTFT", ttft, _ttft), _Target("itl_ms", "ITL", itl, _itl))
+            if goal.ms > 0
+        ]
         best = high
-        for param, label, target in (("ttft_ms", "TTFT", ttft), ("itl_ms", "ITL", itl)):
-            if target > 0:
-                found = self._largest_rate_for(param, label, target, low, high)
-                best = found if found[0] < best[0] else best
-        return self._metrics(*best)
+        for goal in goals:
+            found = self._largest_rate_for(goal, low, high)
+            best = found if found[0] < best[0] else best
+        rate, solved = best
+        for param, label, target, pick in goals:
+            # Only a metric that falls as the rate rises (ITL with a batch of one or O < 3) can miss here: the rates
+            # that meet it lie above a threshold, those that meet the other target below λ*, and the two do not meet.
+            value = pick(solved)
+            if value > target and not _close(value, target):
+                raise BeyondModel(
+                    param,
+                    f"no rate meets both targets: at {rate:.6g} req/s, the most the other target allows, {label} is "
+                    f"{value:.6g} ms against {target:g} ms, and {label} only falls as the rate rises",
+                )
+        return self._metrics(rate, solved)
