@@ -391,7 +391,7 @@ def test_lambda_star_meets_the_binding_target(example, ttft, itl):
 @pytest.mark.parametrize(("ttft", "itl"), TARGETS)
 def test_lambda_star_takes_a_few_solves(example, monkeypatch, ttft, itl):
     """Brent's method on ln(metric/target): the two ends of the range, then at most 12 solves a target (upstream's
-    bisection takes 19-42 a target to reach the tolerance on these targets)."""
+    bisection takes 19-23 a target to reach the tolerance on these targets)."""
     solves = []
     solve = model_module._solve_chain
     monkeypatch.setattr(model_module, "_solve_chain", lambda *args: solves.append(args) or solve(*args))
