@@ -431,9 +431,8 @@ def analyze_rows(
         answers.append(answer)
         if not (alpha > 0 and beta >= 0 and gamma >= 0 and i >= 0 and o >= 1 and rate > 0):  # NaN fails too
             continue
-        if not (math.isfinite(alpha) and math.isfinite(beta) and math.isfinite(gamma)):
-            continue
-        if not (math.isfinite(i) and math.isfinite(o)):
+        finite = math.isfinite
+        if not (finite(alpha) and finite(beta) and finite(gamma) and finite(i) and finite(o)):
             continue
         work = Work(alpha, beta, gamma, i, o)
         chain = _Chain.of(work, max_batch, max_queue)
