@@ -21,8 +21,8 @@ from adapter.domain.capacity import VariantSupply
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.latency import LatencyHistogram, ModelLatency
-from adapter.domain.snapshot import ModelTraffic, PodMetrics, Snapshot
-from tests.core.builders import CONTROLLER_NS, T0, Fleet, configset, spec
+from adapter.domain.snapshot import DesiredAlloc, ModelTraffic, PodMetrics, Snapshot, VariantStatus
+from tests.core.builders import CONTROLLER_NS, T0, Fleet, configset, key, spec
 
 NS = "llm"
 MODEL = ModelKey(NS, "llama-70b")
@@ -256,6 +256,51 @@ def test_after_a_burst_scale_down_keeps_room_for_the_next() -> None:
     play(fleet, [4.0] * 40, start=22)
     assert fleet.desired()["a100"] < burst_replicas
     assert not any(n.startswith("scale-down keeps room for") for n in fleet.decision("a100").notes)
+
+
+# ---- scale-down hysteresis -------------------------------------------------------------------------------------
+
+
+def a100_capacity_rps() -> float:
+    """One A100's capacity at the tightened SLO for `busy_pods`' requests (read from the analysis)."""
+    fleet = one_variant_fleet()
+    play(fleet, [1.0])
+    assert fleet.last is not None
+    return float(fleet.last.analyses[MODEL].analysis["variants"]["a100"]["capacity_rps"])
+
+
+@pytest.mark.parametrize(
+    ("replicas", "asked", "asked_ago_s", "load", "desired"),
+    [
+        pytest.param(2, None, 0.0, 0.95, 2, id="within-the-margin-nothing-asked-stays"),
+        pytest.param(2, 1, STEP_S, 0.95, 1, id="asked-down-kept-while-the-rest-holds-the-demand"),
+        pytest.param(2, 1, STEP_S, 1.05, 2, id="asked-down-withdrawn-when-the-rest-cannot-hold-it"),
+        pytest.param(20, 16, STEP_S, 15.0, 16, id="asked-down-kept-not-deepened-without-the-margin"),
+        pytest.param(20, None, 0.0, 15.0, 17, id="a-large-fleet-goes-down-by-the-margin"),
+        pytest.param(2, 1, 10 * STEP_S, 0.95, 2, id="an-old-decision-is-not-pending"),
+        pytest.param(2, 1, STEP_S, 0.5, 1, id="far-below-the-margin-goes-down-anyway"),
+    ],
+)
+def test_a_scale_down_asked_for_stays_asked_while_the_fleet_without_it_holds_the_demand(
+    replicas: int, asked: int | None, asked_ago_s: float, load: float, desired: int
+) -> None:
+    """The Schmitt trigger of `_pending_removal`: going down needs the demand to fit with `SPARE_MARGIN` (10 %) to
+    spare; staying down, while HPA's stabilization window has not yet removed the replica, only that it fits. A
+    constant load of `load` × one A100's capacity c on `replicas` A100s: with the margin a replica goes when
+    (replicas − 1)·c ≥ 1.1·load·c; asked last cycle, when (replicas − 1)·c ≥ load·c, and never deeper than asked
+    (20 A100s at 15·c: the margin frees 3.5·c, three replicas; asked for 16, the four asked for go, not the five
+    that 20·c − 15·c would free)."""
+    c = a100_capacity_rps()
+    fleet = one_variant_fleet()
+    fleet.replicas["a100"] = replicas
+    if asked is not None:
+        fleet.statuses[key("a100", NS)] = VariantStatus(desired=DesiredAlloc(asked, "", T0 - asked_ago_s, None))
+    fleet.cycle(T0, busy_pods("a100", replicas, load * c))
+    assert fleet.last is not None
+    analysis = fleet.last.analyses[MODEL].analysis
+    assert analysis["demand"]["demand_rps"] == pytest.approx(load * c)
+    assert analysis["variants"]["a100"]["capacity_rps"] == pytest.approx(c)
+    assert fleet.desired()["a100"] == desired
 
 
 # ---- overload ----------------------------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ Per model, each cycle (read from the top):
         8. signal             supply = Σ ready_v·c_v, anticipated = Σ current_v·c_v
                               required = max(0, D − anticipated)
                               spare    = max(0, supply − held·(1 + SPARE_MARGIN)),
-                              held     = max(D, Σλ + recurring rise + B / backlogDrainTime) (`_held`)
+                              held     = max(D, Σλ + recurring rise + B / backlogDrainTime) (`_held`);
+                              while a scale-down asked last cycle is pending, at least what it removes
+                              if supply − held still covers it (`_pending_removal`)
         9. bridge             short now while only slow-starting replicas are in flight: the shortfall is bought
                               from the variants that start fast (`_bridge`)
 
@@ -52,7 +54,7 @@ target lies between two bucket edges and the attainment the edges allow is on bo
 than D), per variant `alpha, beta, gamma, params_source,
 max_rps_per_replica` (λ* at the tightened targets), `capacity_rps` (÷ H), `startup_p90_s`, `advice`, and the
 model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_capacity`, `bridge_rps` (while
-bridging).
+bridging), `pending_removal_rps` (when a pending scale-down is kept).
 """
 
 from __future__ import annotations
@@ -429,7 +431,8 @@ def _measure(
         notes.append(note)
         figures["bridge_rps"] = round(shortfall, 6)
     held_rps = _held(demand, supply)
-    spare = max(0.0, supply - held_rps * (1.0 + SPARE_MARGIN))
+    pending = _pending_removal(model, variants, now_s=now_s, step_s=state.forecaster.config.step_s)
+    spare = _spare(supply, held_rps, pending, figures)
     if held_rps > demand.demand_rps:
         figures["held_rps"] = round(held_rps, 6)
         notes.append(
@@ -513,6 +516,45 @@ def _held(demand: _Demand, supply: float) -> float:
         return demand.demand_rps
     rise = demand.forecaster.recurring_rise(demand.lead_s)
     return max(demand.demand_rps, demand.arrival + rise + demand.backlog_rps)
+
+
+def _spare(supply: float, held_rps: float, pending: float, figures: dict[str, Any]) -> float:
+    """The capacity the allocation may release (req/s): what exceeds `held` with `SPARE_MARGIN` to spare, or,
+    while a scale-down asked for last cycle is pending (`_pending_removal`), that scale-down as long as the fleet
+    without it still holds `held` — never deeper than it (figure `pending_removal_rps` whenever one is pending
+    beyond what the margin releases)."""
+    spare = max(0.0, supply - held_rps * (1.0 + SPARE_MARGIN))
+    if pending > spare:
+        spare = max(spare, min(pending, supply - held_rps))
+        figures["pending_removal_rps"] = round(pending, 6)
+    return spare
+
+
+def _pending_removal(model: ModelInput, variants: Sequence[VariantSupply], *, now_s: float, step_s: float) -> float:
+    """The capacity a scale-down decided last cycle still has to remove (req/s): Σ_v (current_v − asked_v)⁺ · c_v
+    over the variants whose previous decision (at most `UNSEEN_STEPS` engine steps old) asked for fewer replicas
+    than they have. While it is pending, the scale-down stays asked for as long as the fleet without it still holds
+    the demand (`held`, no `SPARE_MARGIN`); a new or deeper one still needs the margin. A Schmitt trigger: the
+    margin to go down, none to stay down.
+
+    Why: HPA and KEDA remove a replica only after every recommendation of the stabilization window (5 minutes by
+    default) asked for fewer; one cycle in between whose estimate came back within the margin asks for the
+    current count again and restarts the wait. On a steady 6 req/s whose estimates moved a few % around the
+    margin, the engine asked 2 → 1 A100 and back 2 again and again, and the fleet kept a second A100 for most of
+    the run (docs/predictive.md section 5: what this changes there, and what it cannot).
+
+    Example: 2 A100s (5.0 req/s each) and an L40S (2.0), asked 1 A100 last cycle; held 6.8 req/s ⇒ with the
+    margin the spare is 12 − 7.48 = 4.52 < 5.0 (the A100 would stay); pending 5.0, the fleet without it holds
+    12 − 6.8 = 5.2 ≥ 5.0 ⇒ spare 5.0: the A100 is still asked away."""
+    by_name = {v.name: v for v in variants}
+    pending = 0.0
+    for view in model.views:
+        asked = model.previous.get(view.key.name)
+        variant = by_name.get(view.key.name)
+        if asked is None or variant is None or now_s - asked.last_run_time_s > UNSEEN_STEPS * step_s:
+            continue
+        pending += max(0, variant.current_replicas - asked.num_replicas) * variant.per_replica_capacity
+    return pending
 
 
 def _load(arrival: float, ready: Mapping[str, int], at_slo: Mapping[str, float], headroom: float) -> float:
