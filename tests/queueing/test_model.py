@@ -399,6 +399,73 @@ def test_lambda_star_takes_a_few_solves(example, monkeypatch, ttft, itl):
     assert len(solves) <= 2 + 12 * ((ttft > 0) + (itl > 0)), len(solves)
 
 
+def _solves(qm: QueueModel, monkeypatch: pytest.MonkeyPatch, ttft: float, itl: float) -> int:
+    solves = []
+    solve = model_module._solve_chain
+    monkeypatch.setattr(model_module, "_solve_chain", lambda *args: solves.append(args) or solve(*args))
+    qm.max_rate(ttft, itl)
+    monkeypatch.setattr(model_module, "_solve_chain", solve)
+    return len(solves)
+
+
+@pytest.mark.parametrize(
+    ("ttft", "itl", "searched"),
+    [
+        pytest.param(2000, 100, "itl", id="itl-binds-ttft-met-there-not-searched"),
+        pytest.param(500, 60, "itl", id="tighter-itl-binds"),
+        pytest.param(200, 100, "both", id="ttft-binds-both-searched"),
+    ],
+)
+def test_lambda_star_searches_ttft_only_when_itl_s_lambda_star_misses_it(example, monkeypatch, ttft, itl, searched):
+    """The ITL target first; the TTFT target only when the model at ITL's λ* misses it (module docstring): where ITL
+    binds, λ* takes the solves of the ITL target alone, and is the same."""
+    itl_only = example.max_rate(0, itl)
+    both = example.max_rate(ttft, itl)
+    if searched == "itl":
+        assert both == itl_only
+        assert _solves(example, monkeypatch, ttft, itl) == _solves(example, monkeypatch, 0, itl)
+    else:
+        assert both == example.max_rate(ttft, 0)
+        assert both.rate_rps < itl_only.rate_rps
+        assert _solves(example, monkeypatch, ttft, itl) > _solves(example, monkeypatch, 0, itl)
+
+
+def test_with_both_targets_out_of_reach_the_ttft_one_is_the_error(example):
+    """The error names the first target out of reach in the order TTFT, ITL, whichever is searched first."""
+    with pytest.raises(BeyondModel) as raised:
+        example.max_rate(10, 5)
+    assert raised.value.param == "ttft_ms"
+    with pytest.raises(BeyondModel) as raised:
+        example.max_rate(2000, 5)
+    assert raised.value.param == "itl_ms"
+
+
+@given(
+    alpha=st.floats(1.0, 100.0),
+    beta=st.floats(0.0, 0.5),
+    gamma=st.floats(0.0, 0.002),
+    i=st.sampled_from([0.0, 100.0, 800.0, 4000.0]),
+    o=st.sampled_from([3.0, 200.0]),
+    n=st.sampled_from([8, 256]),
+    ttft=st.sampled_from([150.0, 800.0, 3000.0]),
+    itl=st.sampled_from([20.0, 60.0, 150.0]),
+)
+@settings(max_examples=200, deadline=None)
+def test_lambda_star_of_both_targets_is_the_lower_of_each_alone(alpha, beta, gamma, i, o, n, ttft, itl):
+    """Where ITL rises with the rate (O ≥ 3, a batch of more than one): λ* of both targets is the lower of the two
+    single-target λ*s, to the tolerance, whichever target was searched; out of reach together when either is."""
+    qm = model(alpha, beta, gamma, i, o, n, 100)
+    alone = []
+    for targets in ((ttft, 0.0), (0.0, itl)):
+        try:
+            alone.append(qm.max_rate(*targets).rate_rps)
+        except BeyondModel:
+            with pytest.raises(BeyondModel):
+                qm.max_rate(ttft, itl)
+            return
+    assert qm.max_rate(ttft, itl).rate_rps == pytest.approx(min(alone), rel=1e-4)
+
+
 @given(
     alpha=st.floats(1.0, 100.0),
     beta=st.floats(0.0, 0.5),
