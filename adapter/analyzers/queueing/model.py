@@ -573,9 +573,9 @@ def _search_order(goals: Sequence[_Target], low: tuple[float, _Solved], high: tu
     the highest rate, reaches its target before ITL's straight line reaches its own: the wait only adds to TTFT, so
     its λ* comes no later than that. Otherwise ITL first: TTFT stays near its floor until a queue forms, close to
     the top of the range. Example (the A100 profile, I 983, O 200, targets 123 / 101 ms as observed latencies
-    give them): TTFT without the wait 84 → 327 ms, 16 % of the way up the range; ITL 9.6 → 131 ms, 75 % ⇒ TTFT
-    first (8 solves instead of 14); at the benchmark's tightened 447 / 61 ms TTFT's line never reaches its target
-    ⇒ ITL first."""
+    give them): TTFT without the wait 85 → 311 ms, 17 % of the way up the range; ITL 10 → 123 ms, 80 % ⇒ TTFT
+    first (9 solves instead of 13); I 1155, O 230 at the benchmark's tightened 447 / 61 ms: TTFT's line (96 → 333
+    ms) never reaches its target, ITL's does at 43 % ⇒ ITL first (8 solves instead of 18)."""
     if len(goals) < 2:
         return list(goals)
     (_, at_lo), (_, at_hi) = low, high
