@@ -254,6 +254,11 @@ def _predictive_lines(analysis: Mapping[str, Any]) -> list[str]:
             f"    Scale-down keeps room for {_fmt(analysis.get('held_rps'))} req/s: from about the present rate the "
             "load has risen that far within a startup again and again"
         )
+    if analysis.get("pending_removal_rps") is not None:
+        lines.append(
+            f"    Scale-down asked last cycle, not applied yet: {_fmt(analysis.get('pending_removal_rps'))} req/s of "
+            "replicas, still asked while the fleet without them holds the demand (no margin while it waits)"
+        )
     headroom = analysis.get("headroom")
     if isinstance(headroom, Mapping):
         measured = headroom.get("measured_attainment")

@@ -69,9 +69,17 @@ def test_explain_tells_the_bucket_bracket_of_the_attainment(bracket: list[float]
             id="seen-rise",
         ),
         pytest.param({"held_rps": 30.0}, "Scale-down keeps room for 30 req/s: from about the present rate", id="held"),
+        pytest.param(
+            {"pending_removal_rps": 5.0},
+            "Scale-down asked last cycle, not applied yet: 5 req/s of replicas, still asked while",
+            id="pending-removal",
+        ),
     ],
 )
-def test_explain_tells_the_recurring_rise(analysis: dict[str, object], expected: str) -> None:
+def test_explain_tells_the_recurring_rise_and_a_pending_scale_down(analysis: dict[str, object], expected: str) -> None:
     lines = explain_module._predictive_lines(analysis)
     assert any(expected in line for line in lines), lines
-    assert not any("rise seen before" in line or "keeps room" in line for line in explain_module._predictive_lines({}))
+    unrelated = explain_module._predictive_lines({})
+    assert not any(
+        "rise seen before" in line or "keeps room" in line or "not applied yet" in line for line in unrelated
+    )
