@@ -54,7 +54,7 @@ target lies between two bucket edges and the attainment the edges allow is on bo
 than D), per variant `alpha, beta, gamma, params_source,
 max_rps_per_replica` (λ* at the tightened targets), `capacity_rps` (÷ H), `startup_p90_s`, `advice`, and the
 model's `total_arrival_rps`, `total_supply_rps`, `required_capacity`, `spare_capacity`, `bridge_rps` (while
-bridging), `pending_removal_rps` (when a pending scale-down is kept).
+bridging), `pending_removal_rps` (while a scale-down asked last cycle exceeds what the margin releases: `_spare`).
 """
 
 from __future__ import annotations
