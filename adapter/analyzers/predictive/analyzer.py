@@ -546,12 +546,10 @@ def _pending_removal(model: ModelInput, variants: Sequence[VariantSupply], *, no
     Example: 2 A100s (5.0 req/s each) and an L40S (2.0), asked 1 A100 last cycle; held 6.8 req/s ⇒ with the
     margin the spare is 12 − 7.48 = 4.52 < 5.0 (the A100 would stay); pending 5.0, the fleet without it holds
     12 − 6.8 = 5.2 ≥ 5.0 ⇒ spare 5.0: the A100 is still asked away."""
-    by_name = {v.name: v for v in variants}
     pending = 0.0
-    for view in model.views:
-        asked = model.previous.get(view.key.name)
-        variant = by_name.get(view.key.name)
-        if asked is None or variant is None or now_s - asked.last_run_time_s > UNSEEN_STEPS * step_s:
+    for variant in variants:
+        asked = model.previous.get(variant.name)
+        if asked is None or now_s - asked.last_run_time_s > UNSEEN_STEPS * step_s:
             continue
         pending += max(0, variant.current_replicas - asked.num_replicas) * variant.per_replica_capacity
     return pending

@@ -430,14 +430,13 @@ def analyze_rows(
     table = np.empty((rows, 6))  # α, β, γ, I, O, rate
     table[:, :3] = params_ms
     table[:, 3], table[:, 4], table[:, 5] = input_tokens, output_tokens, rate_rps
-    nan = math.nan
+    nan, finite = math.nan, math.isfinite
     answers = []  # TTFT, ITL, W, max rate per row
     for alpha, beta, gamma, i, o, rate in table.tolist():
         answer = [nan, nan, nan, nan]
         answers.append(answer)
         if not (alpha > 0 and beta >= 0 and gamma >= 0 and i >= 0 and o >= 1 and rate > 0):  # NaN fails too
             continue
-        finite = math.isfinite
         if not (finite(alpha) and finite(beta) and finite(gamma) and finite(i) and finite(o)):
             continue
         work = Work(alpha, beta, gamma, i, o)
@@ -704,14 +703,14 @@ class QueueModel:
             found = self._largest_rate_for(goal, low, high)
             best = found if found[0] < best[0] else best
         rate, solved = best
-        for param, label, target, pick in goals:
+        for goal in goals:
             # Only a metric that falls as the rate rises (ITL with a batch of one or O < 3) can miss here: the rates
             # that meet it lie above a threshold, those that meet the other target below λ*, and the two do not meet.
-            value = pick(solved)
-            if value > target and not _close(value, target):
+            if not _met(goal, solved):
                 raise BeyondModel(
-                    param,
-                    f"no rate meets both targets: at {rate:.6g} req/s, the most the other target allows, {label} is "
-                    f"{value:.6g} ms against {target:g} ms, and {label} only falls as the rate rises",
+                    goal.param,
+                    f"no rate meets both targets: at {rate:.6g} req/s, the most the other target allows, {goal.label} "
+                    f"is {goal.pick(solved):.6g} ms against {goal.ms:g} ms, and {goal.label} only falls as the rate "
+                    "rises",
                 )
         return self._metrics(rate, solved)
