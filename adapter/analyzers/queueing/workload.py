@@ -53,15 +53,18 @@ class Observed:
 
 
 def observe(views: Sequence[VariantView], pods_by_variant: Mapping[str, Sequence[PodMetrics]]) -> Observed:
-    """The model's workload and every variant's load (module docstring)."""
+    """The model's workload and every variant's load (module docstring). One pass over the pods: each pod's rate
+    is read once, for its variant's Σλ, the model's Σλ and the weights of the model's means."""
     variants = {}
+    everyone: list[PodMetrics] = []
+    rates: list[float] = []
     for view in views:
         pods = pods_by_variant.get(view.key.name, ())
-        active = tuple(busy(pods))
-        variants[view.key.name] = VariantLoad(
-            view.key.name, active, max_batch(view, pods), sum(usable(p.arrival_rate_rps) for p in active)
-        )
-    return Observed(workload([p for v in views for p in pods_by_variant.get(v.key.name, ())]), variants)
+        active, own = _busy_with_rates(pods)
+        variants[view.key.name] = VariantLoad(view.key.name, tuple(active), max_batch(view, pods), sum(own))
+        everyone += active
+        rates += own
+    return Observed(_weighted_means(everyone, rates), variants)
 
 
 def usable(value: float | None) -> float:
@@ -71,18 +74,34 @@ def usable(value: float | None) -> float:
 
 def busy(pods: Sequence[PodMetrics]) -> list[PodMetrics]:
     """Pods with traffic (arrival rate > 0): the only ones that say anything about latency at load."""
-    return [p for p in pods if usable(p.arrival_rate_rps) > 0]
+    return _busy_with_rates(pods)[0]
 
 
 def workload(pods: Sequence[PodMetrics]) -> Workload:
     """Σλ and the arrival-rate-weighted means over the busy pods among `pods` (module docstring)."""
-    active = busy(pods)
-    total = sum(usable(p.arrival_rate_rps) for p in active)
+    return _weighted_means(*_busy_with_rates(pods))
+
+
+def _busy_with_rates(pods: Sequence[PodMetrics]) -> tuple[list[PodMetrics], list[float]]:
+    """The busy pods, in order, and each one's arrival rate (`usable`, > 0)."""
+    active: list[PodMetrics] = []
+    rates: list[float] = []
+    for pod in pods:
+        rate = usable(pod.arrival_rate_rps)
+        if rate > 0:
+            active.append(pod)
+            rates.append(rate)
+    return active, rates
+
+
+def _weighted_means(active: Sequence[PodMetrics], rates: Sequence[float]) -> Workload:
+    """`workload` of busy pods whose rates are known: the same sums, term by term in the pods' order."""
+    total = sum(rates)
     if total <= 0:
         return Workload()
 
     def weighted(get: str) -> float:
-        return sum(usable(p.arrival_rate_rps) * usable(getattr(p, get)) for p in active) / total
+        return sum([rate * usable(getattr(pod, get)) for rate, pod in zip(rates, active, strict=True)]) / total
 
     return Workload(
         total_arrival_rps=total,
