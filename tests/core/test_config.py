@@ -269,6 +269,22 @@ def test_configmap_errors_surface_as_warnings_for_the_models_they_apply_to():
     assert any("[bad]" in w for w in warnings)
 
 
+@pytest.mark.parametrize("kind", ["saturation", "scale_to_zero", "queueing"])
+def test_a_models_layered_config_is_resolved_once_per_set_and_its_warnings_are_the_callers_own(kind):
+    glob = {"default": "kvCacheThreshold: 0.7\n", "bad": "kvCacheThreshold: 7\n"}
+    cs = ConfigSet.from_raw([(CONTROLLER_NS, name, glob) for name in (SATURATION_CM, SCALE_TO_ZERO_CM, QUEUEING_CM)])
+    resolve = getattr(cs, kind)
+    first_cfg, first_warnings = resolve(MODEL_KEY)
+    fresh = getattr(ConfigSet.from_raw(cs.sources), kind)(MODEL_KEY)
+    assert (first_cfg, first_warnings) == fresh  # the memo answers what resolving afresh answers
+    first_warnings.append("the caller's own note")
+    again_cfg, again_warnings = resolve(MODEL_KEY)
+    assert again_cfg is first_cfg  # resolved once
+    assert again_warnings == fresh[1]  # a caller's edit does not reach the next caller
+    other = ModelKey("staging", MODEL)
+    assert resolve(other) == getattr(ConfigSet.from_raw(cs.sources), kind)(other)
+
+
 # ---- VariantAutoscaling ------------------------------------------------------------------------------------
 
 
