@@ -327,8 +327,9 @@ class _Chain(NamedTuple):
         if self.b_ms > 0 and self.a_ms <= NB_MAX_SHAPE * self.b_ms:
             x, r = lam * self.b_ms, self.a_ms / self.b_ms + 1.0
             log_w_n = _log_rising(r, n) - math.lgamma(n + 1) + n * math.log(x) + r * math.log1p(-x)
-            mass = float(special.betainc(r, n + 1, 1.0 - x))
-            return log_w_n, mass, r * x / (1.0 - x) * float(special.betainc(r + 1.0, n, 1.0 - x))
+            # I_{1−x}(r, N+1) and I_{1−x}(r+1, N) in one ufunc call (~1 µs less a solve than two; the same values)
+            mass, shifted = special.betainc(np.array((r, r + 1.0)), _head_shapes(n), 1.0 - x).tolist()
+            return log_w_n, mass, r * x / (1.0 - x) * shifted
         states = _head_states(n)
         log_w = states * math.log(lam) - np.concatenate(([0.0], np.cumsum(np.log(self.service_rates()))))
         top = float(log_w.max())
@@ -371,6 +372,14 @@ class _Solved(NamedTuple):
     in_servers: float
     wait_ms: float
     throughput_per_ms: float
+
+
+@functools.lru_cache(maxsize=64)
+def _head_shapes(max_batch: int) -> Array:
+    """(N + 1, N): the second shape parameters of the head's two incomplete beta functions, read-only."""
+    shapes = np.array((max_batch + 1.0, float(max_batch)))
+    shapes.flags.writeable = False
+    return shapes
 
 
 @functools.lru_cache(maxsize=64)
