@@ -2,10 +2,13 @@
 
 Leader, every `interval_s`:
     view = cluster.view() ─► collect(metrics) ─► Snapshot ─► engine.decide ─► store.publish ─► VA status writes
-    (decide runs in one worker thread, `_DECIDER`, so the servers sharing this loop keep answering; a wake
-    between cycles waits for a decide under way and starts from the state it leaves)
+    (decide runs in one worker thread, `_DECIDER`, so the servers sharing this loop keep answering)
 Leader, every `wake_interval_s` (100 ms): the EPP queues of idle models ─► engine.wake ─► store.upsert (the
     KEDA stream pushes it) ─► VA status writes; a queued request wakes one replica of the cheapest variant.
+    A wake never waits for a decide under way (at 10,000 VAs, or learning α, β, γ at 1,000, a decide takes
+    seconds, its first cycle minutes): it is decided at once from the state that decide started from (with the
+    wakes it already answered), published, and decided again from the state the decide leaves before that
+    decide's result is published (`_Meanwhile`), so the cycle's result cannot undo it.
 Follower: serves the leader's decisions from the VA statuses it watches, so every replica answers the same.
 
 A failed collection is not an error of the cycle: the engine's fallback hierarchy decides for the affected
@@ -20,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from adapter import engine
 from adapter.config.configmaps import ConfigSet
@@ -86,8 +89,9 @@ class Reconciler:
         self._state = engine.EngineState()
         self._state_lock = asyncio.Lock()
         """Held from reading the engine state to publishing what was decided from it: the cycle decides in a worker
-        thread while this loop goes on, and a wake in between would otherwise be decided from the old state and
-        overwritten by the cycle's result."""
+        thread while this loop goes on. A wake meanwhile does not wait for it (`_meanwhile`)."""
+        self._meanwhile: _Meanwhile | None = None
+        """While a cycle decides: the wakes answered in the meantime, applied again to the state it leaves."""
         self._previous: dict[VariantKey, VariantDecision] = {}
         self.cycles = 0
         self.last_error: str | None = None
@@ -136,20 +140,32 @@ class Reconciler:
             return None
         async with self._state_lock:
             state_before = self._state
+            self._meanwhile = meanwhile = _Meanwhile(state_before)
             try:
                 config = EngineConfig(configmaps=configmaps)
                 result, self._state = await asyncio.get_running_loop().run_in_executor(
                     _DECIDER, decide_cycle, snapshot, state_before, config, now_s
                 )
             except Exception:
+                self._state = meanwhile.state  # the wakes answered meanwhile stand
                 self._cycle_failed(started)
                 return None
-            self._store.publish(servable(result.decisions, view), now_s=now_s)
+            finally:
+                self._meanwhile = None
+            rewoken = self._wake_again(meanwhile)
+            decisions = {**result.decisions, **{k: d for r, _, _ in rewoken for k, d in r.decisions.items()}}
+            self._store.publish(servable(decisions, view), now_s=now_s)
             self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
             if self._recorder is not None:
                 self._recorder.record(snapshot, result, state_before=state_before, configmaps=configmaps.sources)
+                for again, wake_snap, wake_state in rewoken:
+                    self._recorder.record(wake_snap, again, state_before=wake_state, configmaps=configmaps.sources)
         self._report_model_errors(result)
-        await self._write_statuses(engine.statuses(result, snapshot), view)
+        overridden = {k for r, _, _ in rewoken for k in r.decisions}
+        statuses = {k: v for k, v in engine.statuses(result, snapshot).items() if k not in overridden}
+        for again, wake_snap, _ in rewoken:
+            statuses.update(engine.statuses(again, wake_snap))
+        await self._write_statuses(statuses, view)
         await self._mark_invalid(view)
         if self._observer is not None:
             self._observer.record_cycle(
@@ -158,6 +174,18 @@ class Reconciler:
         self._previous = dict(result.decisions)
         self.cycles += 1
         return result
+
+    def _wake_again(self, meanwhile: _Meanwhile) -> list[tuple[CycleResult, Snapshot, engine.EngineState]]:
+        """The wakes answered while the cycle decided, decided again from the state it left (in their order): a
+        model the cycle already asked to run is not woken again; one it left at zero is, so the cycle's result
+        does not undo a wake already served. Each with the snapshot and state it was decided from."""
+        again: list[tuple[CycleResult, Snapshot, engine.EngineState]] = []
+        for snapshot in meanwhile.snapshots:
+            state_before = self._state
+            result, self._state = engine.wake(snapshot, state_before, snapshot.taken_at_s)
+            if result.decisions:
+                again.append((result, snapshot, state_before))
+        return again
 
     def _cycle_failed(self, started: float) -> None:
         """Called from an `except` block: the cycle is lost (a bug), the previous decisions stay served."""
@@ -257,7 +285,7 @@ class Reconciler:
         view = self._cluster.view()
         if not view.synced:
             return []
-        idle = engine.idle_models(view.variants, self._state)
+        idle = engine.idle_models(view.variants, self._meanwhile.state if self._meanwhile else self._state)
         if not idle:
             return []
         keys = {v.key for v in view.variants if v.spec.model in set(idle)}
@@ -267,18 +295,23 @@ class Reconciler:
         except AdapterError as exc:
             log.warning("EPP scrape failed: %s", exc)
             return []
-        async with self._state_lock:  # after a cycle deciding now, from the state it leaves
-            now_s = self._clock()
-            snapshot = wake_snapshot(view, queues, idle, now_s=now_s)
+        now_s = self._clock()
+        snapshot = wake_snapshot(view, queues, idle, now_s=now_s)
+        meanwhile = self._meanwhile
+        if meanwhile is not None:  # a cycle is deciding: answer now; it applies this wake again to what it leaves
+            state_before = meanwhile.state
+            result, meanwhile.state = engine.wake(snapshot, state_before, now_s)
+            if result.decisions:
+                meanwhile.snapshots.append(snapshot)
+        else:
             state_before = self._state
             result, self._state = engine.wake(snapshot, state_before, now_s)
-            if not result.decisions:
-                return []
-            self._store.upsert(list(result.decisions.values()), now_s=now_s)
-            if self._recorder is not None:
-                self._recorder.record(
-                    snapshot, result, state_before=state_before, configmaps=self._configmaps(view).sources
-                )
+        if not result.decisions:
+            return []
+        self._store.upsert(list(result.decisions.values()), now_s=now_s)
+        if self._recorder is not None:
+            sources = self._configmaps(view).sources
+            self._recorder.record(snapshot, result, state_before=state_before, configmaps=sources)
         await self._write_statuses(engine.statuses(result, snapshot), view)
         for key, decision in sorted(result.decisions.items()):
             log.info("scale-from-zero: %s → 1 (%s)", key, decision.reason)
@@ -307,6 +340,15 @@ class Reconciler:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._options.wake_interval_s):
                     await stop.wait()
+
+
+@dataclass(slots=True)
+class _Meanwhile:
+    """The wakes of one cycle's decide: `state` is the state the decide started from with the wakes answered since
+    (what the next wake meanwhile reads), `snapshots` each wake's input, decided again from the state it leaves."""
+
+    state: engine.EngineState
+    snapshots: list[Snapshot] = field(default_factory=list)
 
 
 _DECIDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-decide")

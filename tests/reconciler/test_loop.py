@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from adapter.domain.cluster import ClusterView, Collection, InferencePoolInfo, ModelQuery
+from adapter.domain.decision import CycleResult
 from adapter.domain.errors import PrometheusUnavailable
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import (
@@ -20,10 +21,12 @@ from adapter.domain.snapshot import (
     ModelTraffic,
     PodMetrics,
     ScaleTarget,
+    Snapshot,
     VariantSpec,
     VariantStatus,
     VariantView,
 )
+from adapter.engine import EngineState
 from adapter.reconciler.loop import Reconciler, ReconcilerOptions
 from adapter.servers.telemetry import Telemetry
 from adapter.store import DecisionStore
@@ -368,37 +371,61 @@ async def test_the_loop_keeps_answering_while_a_cycle_decides(monkeypatch: pytes
     assert max(gaps) < 0.5, f"the event loop stalled for {max(gaps):.2f} s during decide"
 
 
-async def test_a_wake_during_a_cycle_waits_for_it_and_is_decided_from_its_state(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("cycle", "path_after"),
+    [
+        pytest.param("asks-for-it", DecisionPath.LAST_RESORT, id="the-cycle-asks-for-the-variant-too"),
+        pytest.param("decides-nothing", DecisionPath.SCALE_FROM_ZERO, id="the-cycle-leaves-it-at-zero"),
+        pytest.param("raises", DecisionPath.SCALE_FROM_ZERO, id="the-cycle-fails"),
+    ],
+)
+async def test_a_wake_during_a_cycle_is_served_at_once_and_the_cycle_cannot_undo_it(
+    monkeypatch: pytest.MonkeyPatch, cycle: str, path_after: DecisionPath
 ) -> None:
-    """A wake that comes while the cycle decides (in its worker thread) waits for the cycle and is decided from the
-    state the cycle leaves. Here the cycle's first run asks for one replica of the cheap variant (last resort), so
-    the model is no longer idle and the wake adds nothing; decided from the state before the cycle, it would have
-    woken the same variant a second time and been overwritten by the cycle's result."""
+    """A wake that comes while the cycle decides (in its worker thread, for seconds at 10,000 VAs) does not wait for
+    it: it is decided from the state the cycle started from, served and pushed at once. When the cycle ends, the
+    wake is decided again from the state the cycle leaves, before the cycle's result is published: a cycle that
+    asked for the variant itself (here its first run's last resort) keeps its own decision; one that left the model
+    at zero, or failed, does not undo the wake. Later polls, during the cycle and after it, do not wake it again."""
     import adapter.reconciler.loop as loop
 
     real, release = loop.decide_cycle, threading.Event()
 
-    def held_decide(*args: object) -> object:
+    def held_decide(snapshot: Snapshot, state: EngineState, config: object, now_s: float) -> object:
         release.wait(timeout=5)
-        return real(*args)  # type: ignore[arg-type]
+        if cycle == "raises":
+            raise RuntimeError("a bug in the engine")
+        if cycle == "decides-nothing":
+            return CycleResult(now_s, {}, {}), state
+        return real(snapshot, state, config, now_s)  # type: ignore[arg-type]
 
     monkeypatch.setattr(loop, "decide_cycle", held_decide)
     epp = FakeEpp({(NS, "m"): 2.0})
-    rec, store, _ = make(idle_view(), metrics=FakeMetrics(Collection()), epp=epp)
-    cycle = asyncio.create_task(rec.run_cycle())
+    rec, store, status = make(idle_view(), metrics=FakeMetrics(Collection()), epp=epp)
+    pushed: list[frozenset[VariantKey]] = []
+    store.subscribe(pushed.append)
+    cheap = VariantKey(NS, "cheap")
+    running = asyncio.create_task(rec.run_cycle())
     await asyncio.sleep(0.05)  # the cycle is deciding
-    wake = asyncio.create_task(rec.wake_cycle())
-    await asyncio.sleep(0.05)
-    assert epp.calls == 1  # the EPP scrape does not wait
-    assert not wake.done()  # the decision does
+    assert await asyncio.wait_for(rec.wake_cycle(), timeout=1.0) == [cheap]
+    assert not running.done()
+    woken = store.get(cheap)
+    assert woken is not None
+    assert woken.desired_replicas == 1
+    assert woken.decision.path is DecisionPath.SCALE_FROM_ZERO
+    assert pushed == [frozenset({cheap})]
+    assert status.writes[cheap].desired.num_replicas == 1  # type: ignore[union-attr]
+    assert await rec.wake_cycle() == []  # asked to run already: not scraped, not woken again
+    assert epp.calls == 1
     release.set()
-    assert await cycle is not None
-    assert await wake == []
-    cheap = store.get(VariantKey(NS, "cheap"))
-    assert cheap is not None
-    assert cheap.desired_replicas == 1
-    assert cheap.decision.path is DecisionPath.LAST_RESORT
+    assert (await running is None) == (cycle == "raises")
+    after = store.get(cheap)
+    assert after is not None
+    assert after.desired_replicas == 1
+    assert after.decision.path is path_after
+    assert status.writes[cheap].desired.num_replicas == 1  # type: ignore[union-attr]
+    assert await rec.wake_cycle() == []
+    assert epp.calls == 1
 
 
 async def test_a_decide_that_raises_loses_the_cycle_and_keeps_what_was_served(
