@@ -99,3 +99,14 @@ def test_the_shipped_default_is_held_to_what_the_10k_cycle_leaves_for_decide(
     _what, measured, goal, ratio = _row(rows, "event loop while a 1,000-VA cycle decides")
     assert (goal, ratio) == ("-", None)
     assert measured.startswith("longest stall 12 ms during a 1250-ms decide")
+
+
+@pytest.mark.parametrize(
+    ("p99_ms", "ratio_to_goal"), [pytest.param(204.0, 0.68, id="met"), pytest.param(2465.0, 8.217, id="waits")]
+)
+def test_wakes_while_cycles_decide_are_held_to_the_wake_goal(p99_ms: float, ratio_to_goal: float) -> None:
+    busy = {"wakes": 50, "median_ms": 97.0, "p99_ms": p99_ms, "decide_s": 1.5, "cycles_during": 4}
+    _what, measured, goal, ratio = _row(bench.summary({"wake-busy": busy}), "the same while cycles decide")
+    assert goal == "< 300 ms (median and p99)"
+    assert ratio == pytest.approx(ratio_to_goal, abs=1e-3)
+    assert measured == f"median 97 ms, p99 {p99_ms:.0f} ms over 50 wakes, each decide 1.5 s (4 cycles)"
