@@ -153,38 +153,36 @@ class Reconciler:
             finally:
                 self._meanwhile = None
             rewoken = self._wake_again(meanwhile)
-            decisions = {**result.decisions, **{k: d for r, _, _ in rewoken for k, d in r.decisions.items()}}
+            decisions = {**result.decisions, **{k: d for r, _ in rewoken for k, d in r.decisions.items()}}
             self._store.publish(servable(decisions, view), now_s=now_s)
             self._store.publish_figures(CycleFigures(result.analyses, result.gpu_pools, result.errors))
             if self._recorder is not None:
+                # the wakes applied again are not recorded twice: each was recorded when it was answered
                 self._recorder.record(snapshot, result, state_before=state_before, configmaps=configmaps.sources)
-                for again, wake_snap, wake_state in rewoken:
-                    self._recorder.record(wake_snap, again, state_before=wake_state, configmaps=configmaps.sources)
         self._report_model_errors(result)
-        overridden = {k for r, _, _ in rewoken for k in r.decisions}
+        overridden = {k for r, _ in rewoken for k in r.decisions}
         statuses = {k: v for k, v in engine.statuses(result, snapshot).items() if k not in overridden}
-        for again, wake_snap, _ in rewoken:
-            statuses.update(engine.statuses(again, wake_snap))
+        for again, answered in rewoken:
+            statuses.update(engine.statuses(again, answered))
         await self._write_statuses(statuses, view)
         await self._mark_invalid(view)
         if self._observer is not None:
             self._observer.record_cycle(
-                duration_s=time.perf_counter() - started, decisions=result.decisions, previous=self._previous
+                duration_s=time.perf_counter() - started, decisions=decisions, previous=self._previous
             )
-        self._previous = dict(result.decisions)
+        self._previous = dict(decisions)
         self.cycles += 1
         return result
 
-    def _wake_again(self, meanwhile: _Meanwhile) -> list[tuple[CycleResult, Snapshot, engine.EngineState]]:
+    def _wake_again(self, meanwhile: _Meanwhile) -> list[tuple[CycleResult, Snapshot]]:
         """The wakes answered while the cycle decided, decided again from the state it left (in their order): a
         model the cycle already asked to run is not woken again; one it left at zero is, so the cycle's result
-        does not undo a wake already served. Each with the snapshot and state it was decided from."""
-        again: list[tuple[CycleResult, Snapshot, engine.EngineState]] = []
+        does not undo a wake already served. Each with the snapshot it was decided from."""
+        again: list[tuple[CycleResult, Snapshot]] = []
         for snapshot in meanwhile.snapshots:
-            state_before = self._state
-            result, self._state = engine.wake(snapshot, state_before, snapshot.taken_at_s)
+            result, self._state = engine.wake(snapshot, self._state, snapshot.taken_at_s)
             if result.decisions:
-                again.append((result, snapshot, state_before))
+                again.append((result, snapshot))
         return again
 
     def _cycle_failed(self, started: float) -> None:
