@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from adapter.domain.cluster import ClusterView, Collection, InferencePoolInfo, ModelQuery
-from adapter.domain.decision import CycleResult
+from adapter.domain.decision import CycleKind, CycleResult
 from adapter.domain.errors import PrometheusUnavailable
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import (
@@ -402,6 +402,8 @@ async def test_a_wake_during_a_cycle_is_served_at_once_and_the_cycle_cannot_undo
     monkeypatch.setattr(loop, "decide_cycle", held_decide)
     epp = FakeEpp({(NS, "m"): 2.0})
     rec, store, status = make(idle_view(), metrics=FakeMetrics(Collection()), epp=epp)
+    recorded: list[tuple[CycleKind, EngineState]] = []
+    rec._recorder = ListRecorder(recorded)
     pushed: list[frozenset[VariantKey]] = []
     store.subscribe(pushed.append)
     cheap = VariantKey(NS, "cheap")
@@ -426,6 +428,18 @@ async def test_a_wake_during_a_cycle_is_served_at_once_and_the_cycle_cannot_undo
     assert status.writes[cheap].desired.num_replicas == 1  # type: ignore[union-attr]
     assert await rec.wake_cycle() == []
     assert epp.calls == 1
+    # the wake recorded once, when answered, from the state the cycle started from; then the cycle, if it decided
+    kinds = [kind for kind, _ in recorded]
+    assert kinds == [CycleKind.SCALE_FROM_ZERO] + ([] if cycle == "raises" else [CycleKind.DECIDE])
+    assert all(state == EngineState() for _, state in recorded)
+
+
+@dataclass
+class ListRecorder:
+    records: list[tuple[CycleKind, EngineState]]
+
+    def record(self, snapshot: Snapshot, result: CycleResult, *, state_before: EngineState, configmaps: object) -> None:
+        self.records.append((result.kind, state_before))
 
 
 async def test_a_decide_that_raises_loses_the_cycle_and_keeps_what_was_served(
