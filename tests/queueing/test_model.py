@@ -222,7 +222,7 @@ def test_head_in_closed_form_equals_the_sum(a, b, n, lam):
     states = np.arange(n + 1, dtype=np.float64)
     log_w = np.concatenate(([0.0], np.cumsum(np.log(lam * (a + b * states[1:]) / states[1:]))))
     w = np.exp(log_w - log_w.max())
-    log_w_n, mass, first = _Chain(a, b, n, 0).head(lam)
+    log_w_n, mass, first = _Chain(a, b, n, 0, math.log(n / (a + b * n))).head(lam)
     assert first / mass == pytest.approx(math.fsum(w * states) / math.fsum(w), rel=1e-12)
     assert math.exp(log_w_n) / mass == pytest.approx(w[-1] / math.fsum(w), rel=1e-10)
     assert math.exp(log_w_n) <= 1.0

@@ -280,6 +280,8 @@ class _Chain(NamedTuple):
     b_ms: float
     max_batch: int
     max_queue: int
+    log_mu_top: float
+    """ln μ_N: every solve's queue ratio is λ/μ_N (computed once a chain, not once a solve)."""
 
     @classmethod
     def of(cls, work: Work, max_batch: int, max_queue: int) -> _Chain | None:
@@ -288,9 +290,8 @@ class _Chain(NamedTuple):
         a, b = work.service_terms()
         if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b >= 0):
             return None
-        chain = cls(a, b, max_batch, max_queue)
-        slowest, fastest = chain.mu_ms(1), chain.mu_ms(max_batch)
-        return chain if slowest > 0 and fastest > 0 else None
+        slowest, fastest = 1 / (a + b * 1), max_batch / (a + b * max_batch)  # μ_1 and μ_N, as `mu_ms`
+        return cls(a, b, max_batch, max_queue, math.log(fastest)) if slowest > 0 and fastest > 0 else None
 
     def mu_ms(self, n: int) -> float:
         """μ_n = n/(a + b·n), requests per ms (n ≤ N)."""
@@ -305,10 +306,6 @@ class _Chain(NamedTuple):
     def max_rps(self) -> float:
         """μ_N·(1−ε), req/s: the top of `rate_range`."""
         return self.mu_ms(self.max_batch) * (1.0 - EPSILON) * 1000.0
-
-    @property
-    def log_mu_top(self) -> float:
-        return math.log(self.mu_ms(self.max_batch))
 
     def service_rates(self) -> Array:
         n = np.arange(1, self.max_batch + 1, dtype=np.float64)
