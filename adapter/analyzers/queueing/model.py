@@ -273,6 +273,11 @@ def _log_rising(r: float, n: int) -> float:
     return (r - 0.5) * math.log1p(n / r) + n * math.log(z) - n + series
 
 
+def _service_rate(a_ms: float, b_ms: float, n: int) -> float:
+    """μ_n = n/(a + b·n), requests per ms: what a batch of n completes per ms (`_Chain.mu_ms`)."""
+    return n / (a_ms + b_ms * n)
+
+
 class _Chain(NamedTuple):
     """One replica's birth-death chain: μ_n = n/(a + b·n) for n = 1..N, then μ_N for the Q queue states."""
 
@@ -290,12 +295,12 @@ class _Chain(NamedTuple):
         a, b = work.service_terms()
         if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b >= 0):
             return None
-        slowest, fastest = 1 / (a + b * 1), max_batch / (a + b * max_batch)  # μ_1 and μ_N, as `mu_ms`
+        slowest, fastest = _service_rate(a, b, 1), _service_rate(a, b, max_batch)
         return cls(a, b, max_batch, max_queue, math.log(fastest)) if slowest > 0 and fastest > 0 else None
 
     def mu_ms(self, n: int) -> float:
         """μ_n = n/(a + b·n), requests per ms (n ≤ N)."""
-        return n / (self.a_ms + self.b_ms * n)
+        return _service_rate(self.a_ms, self.b_ms, n)
 
     @property
     def rate_range(self) -> RateRange:
