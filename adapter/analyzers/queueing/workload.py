@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from math import isfinite
 from operator import attrgetter
 
 from adapter.analyzers.queueing.model import DEFAULT_MAX_BATCH
@@ -102,13 +101,8 @@ def _weighted_means(active: Sequence[PodMetrics], rates: Sequence[float]) -> Wor
     if total <= 0:
         return Workload()
 
-    def weighted(get: str) -> float:  # Σ λ_i·usable(x_i) / Σλ, `usable` written out (4 × the busy pods a cycle)
-        values = map(attrgetter(get), active)
-        terms = [
-            rate * (x if x is not None and isfinite(x) and x > 0 else 0.0)
-            for rate, x in zip(rates, values, strict=True)
-        ]
-        return sum(terms) / total
+    def weighted(get: str) -> float:  # Σ λ_i·usable(x_i) / Σλ
+        return sum([rate * usable(x) for rate, x in zip(rates, map(attrgetter(get), active), strict=True)]) / total
 
     return Workload(
         total_arrival_rps=total,
