@@ -258,34 +258,37 @@ def test_queue_tail_worked_examples(w_n, w_k, log_r, mass, first):
             st.floats(min_value=0, max_value=0.01),
             st.floats(min_value=0, max_value=8192),
             st.floats(min_value=1, max_value=2048),
-            st.floats(min_value=1e-3, max_value=1.0),
+            st.floats(min_value=1e-3, max_value=1.0) | st.sampled_from([1.0 - 1e-9, 0.9995]),
+            st.integers(min_value=1, max_value=256),
+            st.sampled_from([0, 5, 100, 2560]),
         ),
         min_size=1,
-        max_size=8,
+        max_size=12,
     ),
-    n=st.integers(min_value=1, max_value=256),
-    q=st.sampled_from([0, 5, 100, 2560]),
 )
-@settings(max_examples=100, deadline=None)
-def test_rows_agree_with_one_model_at_a_time(rows, n, q):
+@settings(max_examples=150, deadline=None)
+def test_rows_agree_with_one_model_at_a_time(rows):
+    """Each row its own batch limit and queue: the array solve, and the rows it leaves to `_solve_chain` (β = γ = 0
+    draws a head summed term by term; a rate within 1/Q of μ_N a queue summed term by term), give `analyze`'s
+    answer."""
     from adapter.analyzers.queueing.model import analyze_rows
 
-    singles = [model(a, b, g, i, o, n=n, q=q) for a, b, g, i, o, _ in rows]
-    rates = [qm.rate_range_rps.max_rps * f for qm, (*_, f) in zip(singles, rows, strict=True)]
+    singles = [model(a, b, g, i, o, n=n, q=q) for a, b, g, i, o, _, n, q in rows]
+    rates = [qm.rate_range_rps.max_rps * r[5] for qm, r in zip(singles, rows, strict=True)]
     got = analyze_rows(
         np.array([r[:3] for r in rows]),
         np.array([r[3] for r in rows]),
         np.array([r[4] for r in rows]),
         np.array(rates),
-        max_batch=n,
-        max_queue=q,
+        max_batch=np.array([r[6] for r in rows]),
+        max_queue=np.array([r[7] for r in rows]),
     )
     assert got.ok.all()
     for index, (qm, rate) in enumerate(zip(singles, rates, strict=True)):
         m = qm.analyze(rate)
-        assert got.ttft_ms[index] == pytest.approx(m.ttft_ms, rel=1e-12)
-        assert got.itl_ms[index] == pytest.approx(m.itl_ms, rel=1e-12)
-        assert got.wait_ms[index] == pytest.approx(m.wait_ms, rel=1e-12, abs=1e-12 * m.ttft_ms)
+        assert got.ttft_ms[index] == pytest.approx(m.ttft_ms, rel=1e-11)
+        assert got.itl_ms[index] == pytest.approx(m.itl_ms, rel=1e-11, abs=1e-11 * m.ttft_ms)
+        assert got.wait_ms[index] == pytest.approx(m.wait_ms, rel=1e-11, abs=1e-11 * m.ttft_ms)
         assert got.max_rps[index] == pytest.approx(qm.rate_range_rps.max_rps, rel=1e-12)
 
 
