@@ -3,6 +3,7 @@ the state, state limits, bootstrap and default fall-back, re-fit when lost, and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -407,3 +408,65 @@ def test_state_of_the_previous_format_is_still_read() -> None:
     }
     state = ekf.FilterState.from_json(doc)
     assert (state.alpha_ms, state.lower, state.accepted) == (20.5, (0.2, 8e-4, 2e-6), 40)
+
+
+# ---- many variants in lockstep ---------------------------------------------------------------------------------
+
+_ENVIRONMENT = st.tuples(
+    st.floats(1e-3, 50) | st.just(math.nan) | st.just(1e9),
+    st.floats(0, 4096),
+    st.floats(1, 1024),
+    st.sampled_from([1, 8, 64, 256]),
+    st.floats(1, 5000),
+    st.floats(0.5, 200),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    jobs=st.lists(
+        st.tuples(
+            st.tuples(st.floats(0.5, 100), st.floats(1e-3, 1), st.floats(1e-6, 1e-3)),
+            st.floats(1e-4, 4),
+            st.lists(_ENVIRONMENT, max_size=5),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_variants_in_lockstep_update_as_each_alone(
+    jobs: list[tuple[tuple[float, float, float], float, list[tuple[float, float, float, int, float, float]]]],
+) -> None:
+    """`update_many` over variants with different numbers of pods (some invalid, some the model cannot serve)
+    gives each variant what `update` gives it alone: the variants share the model calls, never a number."""
+    states = [
+        ekf.FilterState(
+            *params, tuple(tuple(v if i == j else 0.0 for j in range(3)) for i in range(3)), *ekf.STATE_LIMITS, 0.0
+        )  # type: ignore[arg-type]
+        for params, v, _ in jobs
+    ]
+    envs = [[ekf.Environment(*e) for e in raw] for _, _, raw in jobs]
+    together = ekf.update_many(list(zip(states, envs, strict=True)), now_s=1.0)
+    for state, pods, outcome in zip(states, envs, together, strict=True):
+        alone = ekf.update(state, pods, now_s=1.0)
+        assert (outcome.accepted, outcome.rejected, outcome.reasons) == (alone.accepted, alone.rejected, alone.reasons)
+        assert outcome.state == alone.state
+
+
+def test_advance_many_starts_refits_and_updates_each_variant_as_advance_does() -> None:
+    converged, rng = _converged()
+    lost = dataclasses.replace(converged, lost_cycles=ekf.LOST_AFTER_CYCLES)
+    pods = [conv.observation(rng) for _ in range(4)]
+    jobs = [
+        pytest.param((None, pods), id="cold-start"),
+        pytest.param((None, []), id="nothing-to-learn-from"),
+        pytest.param((converged, []), id="no-observation"),
+        pytest.param((lost, pods), id="lost"),
+        pytest.param((converged, pods), id="update"),
+        pytest.param((converged, pods[:1]), id="update-one-pod"),
+    ]
+    together = ekf.advance_many([job.values[0] for job in jobs], now_s=60.0)
+    for job, outcome in zip(jobs, together, strict=True):
+        assert outcome == ekf.advance(*job.values[0], now_s=60.0), job.id
+    started = [o.started if o else None for o in together]
+    assert started == ["cold start", None, "", "re-fitted", "", ""]

@@ -80,6 +80,11 @@ class QueueingModel:
         cfg, warnings = model.configmaps.queueing(model.model)
         return cfg, tuple(warnings)
 
+    def prepare(self, models: Sequence[tuple[ModelInput, QueueingConfig]], memory: Filters, now_s: float) -> Filters:
+        """Nothing is done for many models at once: the memory as it is."""
+        del models, now_s  # each model's analysis does all of its work
+        return memory
+
     def analyze(self, model: ModelInput, config: QueueingConfig, memory: Filters, now_s: float) -> Analysis[Filters]:
         learned, notes = remembered(model.views, memory)
         outcome, states = measure(model.model, model.views, model.pods, cfg=config, learned=learned, now_s=now_s)
@@ -190,17 +195,16 @@ def _learn(
     cfg: QueueingConfig,
     now_s: float,
 ) -> tuple[dict[str, ekf.FilterState], list[str]]:
-    """Every variant's filter after this cycle's observations (stage 2), and a note per notable outcome."""
+    """Every variant's filter after this cycle's observations (stage 2; the variants in lockstep,
+    `ekf.learn_many`), and a note per notable outcome."""
     states: dict[str, ekf.FilterState] = {}
     notes: list[str] = []
-    for view in views:
+    if not cfg.tuning_enabled:
+        return {v.key.name: learned[v.key.name] for v in views if v.key.name in learned}, notes
+    jobs = [(learned.get(v.key.name), observed.variants[v.key.name]) for v in views]
+    for view, outcome in zip(views, ekf.learn_many(jobs, now_s=now_s), strict=True):
         name = view.key.name
         previous = learned.get(name)
-        if not cfg.tuning_enabled:
-            if previous is not None:
-                states[name] = previous
-            continue
-        outcome = ekf.learn(previous, observed.variants[name], now_s=now_s)
         if outcome is None:
             continue
         states[name] = outcome.state
