@@ -2,6 +2,7 @@
 
     engine, per model ──► registry.choose(configuration)                        which analyzer
                      ──► analyzer.configure(model)                          → its config, config warnings
+        all models   ──► analyzer.prepare(models, memory, now_s)           → the memory its analyses get
                      ──► analyzer.analyze(model, config, memory, now_s)     → Analysis:
                              a CapacitySignal for the allocation step, or the reason there is none;
                              notes; this model's update to the analyzer's memory; the `status.learned`
@@ -26,7 +27,7 @@ Nothing in adapter/engine/ changes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -152,6 +153,13 @@ class Analyzer(Protocol[C, M]):
     def configure(self, model: ModelInput) -> tuple[C, tuple[str, ...]]:
         """The analyzer's configuration for this model, and the problems found in it (the VA's
         OptimizationReady condition shows them, whether or not metrics arrive this cycle)."""
+        ...
+
+    def prepare(self, models: Sequence[tuple[ModelInput, C]], memory: M, now_s: float) -> M:
+        """Work done for many models at once before each is analysed, returned in the memory `analyze` then gets
+        (the predictive analyzer learns every variant's α, β, γ in lockstep here); the memory as it is for an
+        analyzer without such work. Whatever `prepare` leaves out, `analyze` does for its model alone, so a failed
+        `prepare` (the engine then passes the memory as it was) costs time, never a decision."""
         ...
 
     def analyze(self, model: ModelInput, config: C, memory: M, now_s: float) -> Analysis[M]:

@@ -69,6 +69,13 @@ class SaturationPercentage:
     def configure(self, model: ModelInput) -> tuple[SaturationConfig, tuple[str, ...]]:
         return model.saturation, model.saturation_warnings
 
+    def prepare(
+        self, models: Sequence[tuple[ModelInput, SaturationConfig]], memory: NotReporting, now_s: float
+    ) -> NotReporting:
+        """Nothing is done for many models at once: the memory as it is."""
+        del models, now_s  # each model's analysis does all of its work
+        return memory
+
     def analyze(
         self, model: ModelInput, config: SaturationConfig, memory: NotReporting, now_s: float
     ) -> Analysis[NotReporting]:

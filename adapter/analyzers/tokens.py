@@ -223,6 +223,13 @@ class TokenBased:
     def configure(self, model: ModelInput) -> tuple[SaturationConfig, tuple[str, ...]]:
         return model.saturation, model.saturation_warnings
 
+    def prepare(
+        self, models: Sequence[tuple[ModelInput, SaturationConfig]], memory: TokenMemory, now_s: float
+    ) -> TokenMemory:
+        """Nothing is done for many models at once: the memory as it is."""
+        del models, now_s  # each model's analysis does all of its work
+        return memory
+
     def analyze(
         self, model: ModelInput, config: SaturationConfig, memory: TokenMemory, now_s: float
     ) -> Analysis[TokenMemory]:

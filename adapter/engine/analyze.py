@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from adapter.analyzers import registry
@@ -86,7 +86,26 @@ def bounds(view: VariantView) -> VariantBounds:
     return VariantBounds(spec.key.name, spec.cost, spec.min_replicas, spec.max_replicas)
 
 
-def measure_model(
+@dataclass(frozen=True, slots=True)
+class Framed:
+    """A model ready for its analysis: the plan without a result, the analyzer's input and configuration, and
+    whether metrics allow an analysis this cycle (`frame_model`)."""
+
+    plan: ModelPlan
+    model_input: ModelInput
+    analyzer_config: Any
+
+    @property
+    def model(self) -> ModelKey:
+        return self.plan.model
+
+    @property
+    def analyzable(self) -> bool:
+        """Metrics collected and some pod reports: the analyzer runs (else the fallback hierarchy decides)."""
+        return self.plan.metrics_reason == "MetricsFound"
+
+
+def frame_model(
     model: ModelKey,
     views: Sequence[VariantView],
     *,
@@ -94,9 +113,8 @@ def measure_model(
     pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
     state: EngineState,
     config: EngineConfig,
-    now_s: float,
-) -> ModelPlan:
-    """The model's plan: its configuration, the chosen analyzer and, when metrics allow, its analysis."""
+) -> Framed:
+    """The model's configuration, the analyzer it selects, that analyzer's input and configuration."""
     saturation, saturation_warnings = config.configmaps.saturation(model)
     scale_to_zero, s2z_warnings = config.configmaps.scale_to_zero(model)
     previous = {view.key.name: previous_alloc(view, state) for view in views}
@@ -115,13 +133,12 @@ def measure_model(
     analyzer = registry.choose(config.configmaps, model, saturation)
     analyzer_config, analyzer_warnings = analyzer.configure(model_input)
     if not snapshot.metrics_ok(model):
-        metrics_reason, result = "PrometheusError", None
+        metrics_reason = "PrometheusError"
     elif not any(pods.values()):
-        metrics_reason, result = "MetricsMissing", None
+        metrics_reason = "MetricsMissing"
     else:
         metrics_reason = "MetricsFound"
-        result = analyzer.analyze(model_input, analyzer_config, state.memory(analyzer), now_s)
-    return ModelPlan(
+    plan = ModelPlan(
         model=model,
         views=tuple(views),
         analyzer=analyzer,
@@ -140,8 +157,45 @@ def measure_model(
         ),
         metrics_reason=metrics_reason,
         sample_notes=tuple(sample_notes),
-        result=result,
     )
+    return Framed(plan, model_input, analyzer_config)
+
+
+def prepare(
+    framed: Sequence[Framed], state: EngineState, now_s: float
+) -> tuple[dict[AnalyzerName, Any], list[tuple[AnalyzerName, Exception]]]:
+    """Each analyzer's memory for this cycle's analyses: its `prepare` over every analysable model it decides, all
+    at once (the predictive analyzer learns every variant's parameters there, in lockstep). An analyzer whose
+    `prepare` raises (a bug) keeps its memory as it was, and each model then does that work alone in `analyze`:
+    the failure is returned, never a model's error."""
+    groups: dict[AnalyzerName, list[Framed]] = {}
+    for f in framed:
+        if f.analyzable:
+            groups.setdefault(f.plan.analyzer.name, []).append(f)
+    memories: dict[AnalyzerName, Any] = {}
+    failures: list[tuple[AnalyzerName, Exception]] = []
+    for name, members in groups.items():
+        analyzer = members[0].plan.analyzer
+        memory = state.memory(analyzer)
+        try:
+            memory = analyzer.prepare([(f.model_input, f.analyzer_config) for f in members], memory, now_s)
+        except Exception as exc:  # the models are analysed one by one instead
+            failures.append((name, exc))
+        memories[name] = memory
+    return memories, failures
+
+
+def measure_model(
+    framed: Framed, *, memories: Mapping[AnalyzerName, Any], state: EngineState, now_s: float
+) -> ModelPlan:
+    """The model's plan with its analysis when metrics allow (`Framed.analyzable`), from the analyzer's prepared
+    memory (`prepare`; the engine state's when the analyzer is not in `memories`)."""
+    if not framed.analyzable:
+        return framed.plan
+    analyzer = framed.plan.analyzer
+    memory = memories[analyzer.name] if analyzer.name in memories else state.memory(analyzer)
+    result = analyzer.analyze(framed.model_input, framed.analyzer_config, memory, now_s)
+    return replace(framed.plan, result=result)
 
 
 def valid_samples(

@@ -32,9 +32,17 @@ from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import GpuPools
 from adapter.domain.decision import AnalyzerName, CycleResult, GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import MODEL_ORDER, ModelKey, VariantKey
-from adapter.domain.snapshot import Condition, DesiredAlloc, Recommendation, Snapshot, VariantStatus, VariantView
+from adapter.domain.snapshot import (
+    Condition,
+    DesiredAlloc,
+    PodMetrics,
+    Recommendation,
+    Snapshot,
+    VariantStatus,
+    VariantView,
+)
 from adapter.engine import recommend, unwoken
-from adapter.engine.analyze import ModelPlan, measure_model
+from adapter.engine.analyze import Framed, ModelPlan, frame_model, measure_model, prepare
 from adapter.engine.enforce import ModelOutcome, failsafe, finish, outcome_of
 from adapter.engine.state import EngineState
 from adapter.optimizer.allocate import allocate
@@ -62,21 +70,12 @@ def decide(
     warnings: list[str] = []
 
     for block in _blocks(sorted(models.items(), key=_by_model), independent=mode.independent):
-        # 1. measure: one plan per model
-        block_plans: dict[ModelKey, ModelPlan] = {}
-        for model, views in block:
-            try:
-                block_plans[model] = measure_model(
-                    model,
-                    views,
-                    snapshot=snapshot,
-                    pods_by_variant=pods_by_variant,
-                    state=state,
-                    config=config,
-                    now_s=now_s,
-                )
-            except Exception as exc:  # a bug for one model must not stop the others (issue 10)
-                measure_errors[model] = _describe(exc)
+        # 1. measure: one plan per model (each analyzer's work for many models done at once first: `prepare`)
+        block_plans, block_errors, block_warnings = _measure(
+            block, snapshot=snapshot, pods_by_variant=pods_by_variant, state=state, config=config, now_s=now_s
+        )
+        measure_errors.update(block_errors)
+        warnings.extend(block_warnings)
         plans.update(block_plans)
 
         # 1b. remember: the recommender's histories; its optional floor on scale-down
@@ -156,6 +155,40 @@ def decide(
     kept = {k: h for k, h in histories.items() if k in decisions}
     asked = unwoken.advance(state.unwoken, snapshot.variants, decisions, now_s)
     return result, EngineState(new_allocations, _memories(plans, state, set(decisions), now_s), kept, asked)
+
+
+def _measure(
+    block: Sequence[tuple[ModelKey, Sequence[VariantView]]],
+    *,
+    snapshot: Snapshot,
+    pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
+    state: EngineState,
+    config: EngineConfig,
+    now_s: float,
+) -> tuple[dict[ModelKey, ModelPlan], dict[ModelKey, str], list[str]]:
+    """Stage 1 for a block of models: each framed (configuration, analyzer, input), each analyzer's `prepare` over
+    all of its models, then each model's plan. The plans, the error of each model that failed (a bug: framing or
+    analysing it raised), and a warning per analyzer whose `prepare` failed (its models then do that work alone)."""
+    errors: dict[ModelKey, str] = {}
+    framed: dict[ModelKey, Framed] = {}
+    for model, views in block:
+        try:
+            framed[model] = frame_model(
+                model, views, snapshot=snapshot, pods_by_variant=pods_by_variant, state=state, config=config
+            )
+        except Exception as exc:  # a bug for one model must not stop the others (issue 10)
+            errors[model] = _describe(exc)
+    memories, failures = prepare(list(framed.values()), state, now_s)
+    plans: dict[ModelKey, ModelPlan] = {}
+    for model, model_framed in framed.items():
+        try:
+            plans[model] = measure_model(model_framed, memories=memories, state=state, now_s=now_s)
+        except Exception as exc:
+            errors[model] = _describe(exc)
+    warnings = [
+        f"{name}: preparing the models at once failed ({_describe(exc)}); each analysed alone" for name, exc in failures
+    ]
+    return plans, {model: errors[model] for model, _ in block if model in errors}, warnings
 
 
 BLOCK_VAS = 64

@@ -64,10 +64,10 @@ def _failing(measure: set[str], finish: set[str]) -> Iterator[None]:
     """Models (by model ID) whose measuring or whose enforcing raises, as a bug would."""
     measure_model, outcome_of = pipeline.measure_model, pipeline.outcome_of
 
-    def measuring(model: ModelKey, *args: Any, **kwargs: Any) -> Any:
-        if model.model_id in measure:
-            raise RuntimeError(f"measure {model.model_id}")
-        return measure_model(model, *args, **kwargs)
+    def measuring(framed: Any, *args: Any, **kwargs: Any) -> Any:
+        if framed.model.model_id in measure:
+            raise RuntimeError(f"measure {framed.model.model_id}")
+        return measure_model(framed, *args, **kwargs)
 
     def enforcing(plan: Any, *args: Any, **kwargs: Any) -> Any:
         if plan.model.model_id in finish:

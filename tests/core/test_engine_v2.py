@@ -65,10 +65,10 @@ def test_a_failure_in_one_models_analysis_holds_only_that_model(monkeypatch: pyt
     fleet.cycle(T0, pods)  # first cycle: both decided, statuses written
     real = pipeline.measure_model
 
-    def failing(model: Any, *args: Any, **kwargs: Any) -> Any:
-        if model == MODEL_KEY:
+    def failing(framed: Any, *args: Any, **kwargs: Any) -> Any:
+        if framed.model == MODEL_KEY:
             raise RuntimeError("injected analyzer bug")
-        return real(model, *args, **kwargs)
+        return real(framed, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "measure_model", failing)
     before = fleet.desired()

@@ -639,3 +639,98 @@ def test_a_variant_never_seen_starting_is_neither_fast_nor_slow() -> None:
     """An A100 whose pods started in 120 s and an L40S at zero, never seen starting: no bridge, whatever its prior."""
     variants = [_sv("a100", 11, 2), _sv("l40s", 5.5, 0)]
     assert predictive._bridge(variants, predictive._speeds({"a100": (120.0,), "l40s": ()}), 40.0) is None
+
+
+# ---- learning every model's variants at once (`Predictive.prepare`) ---------------------------------------------
+
+
+def _learning_fleet() -> Fleet:
+    """Two models of two variants each, learning α, β, γ (no profiles), on one virtual clock."""
+    specs = [
+        spec(f"{model}-{gpu.lower()}", accelerator=gpu, cost=cost, max_replicas=20, model=model)
+        for model in ("llama-70b", "qwen-7b")
+        for gpu, cost in (("A100", 2.5), ("L4", 0.8))
+    ]
+    lines = "targetTTFT: 2000\ntargetITL: 100\nstartupTime: 5m\n"
+    config = EngineConfig(
+        configmaps=configset(
+            saturation="analyzerName: predictive\n", extra=[(CONTROLLER_NS, QUEUEING_CM, {"default": lines})]
+        )
+    )
+    return Fleet(specs=specs, config=config, replicas={s.key.name: 2 for s in specs})
+
+
+def _timed_pods(fleet: Fleet, cycle: int) -> list[PodMetrics]:
+    """Busy pods whose TTFT and ITL the queueing model gives at each GPU's true parameters (a little apart)."""
+    from adapter.analyzers.queueing.model import QueueModel, RequestSize, ServiceParams
+
+    true = {"A100": (9.5, 0.066, 8e-5), "L4": (55.0, 0.17, 6e-4)}
+    pods = []
+    for s in fleet.specs:
+        for i in range(fleet.replicas[s.key.name]):
+            rate = 0.5 + 0.1 * i + 0.05 * (cycle % 3)
+            size = RequestSize(800.0 + 40 * i, 200.0)
+            m = QueueModel(ServiceParams(*true[s.accelerator]), size, max_batch=256, max_queue=2560).analyze(rate)
+            pods.append(
+                PodMetrics(
+                    s.key.namespace,
+                    f"{s.key.name}-{i}",
+                    s.key.name,
+                    kv_cache_usage=0.2,
+                    queue_length=0.0,
+                    arrival_rate_rps=rate,
+                    avg_input_tokens=size.input_tokens,
+                    avg_output_tokens=size.output_tokens,
+                    max_batch_size=256,
+                    avg_ttft_s=m.ttft_ms * (1.0 + 0.01 * i) / 1000.0,
+                    avg_itl_s=m.itl_ms / 1000.0,
+                )
+            )
+    return pods
+
+
+def _learned_run(monkeypatch: pytest.MonkeyPatch, prepare: object | None) -> tuple[list[object], Fleet]:
+    with monkeypatch.context() as patch:
+        if prepare is not None:
+            patch.setattr(predictive.Predictive, "prepare", prepare)
+        fleet = _learning_fleet()
+        results = [fleet.cycle(T0 + STEP_S * c, _timed_pods(fleet, c)) for c in range(6)]
+    return results, fleet
+
+
+def _failing_prepare(self: object, models: object, memory: object, now_s: float) -> object:
+    raise RuntimeError("injected prepare bug")
+
+
+def _idle_prepare(self: object, models: object, memory: object, now_s: float) -> object:
+    return memory
+
+
+@pytest.mark.parametrize(
+    ("prepare", "warned"),
+    [
+        pytest.param(_idle_prepare, False, id="prepare-does-nothing"),
+        pytest.param(_failing_prepare, True, id="prepare-fails"),
+    ],
+)
+def test_learning_prepared_for_every_model_at_once_decides_as_each_model_alone(
+    monkeypatch: pytest.MonkeyPatch, prepare: object, warned: bool
+) -> None:
+    """The lockstep over both models' variants gives each filter what its model's own analysis learns (and what
+    a failed `prepare` leaves it to learn): the same decisions, analyses and filters, cycle after cycle; a failed
+    `prepare` is a cycle warning, never a model's error."""
+    prepared, fleet = _learned_run(monkeypatch, None)
+    alone, other = _learned_run(monkeypatch, prepare)
+    filters = fleet.state.memory(predictive.ANALYZER).filters
+    assert len(filters) == 4  # every variant learned
+    assert all(f.accepted > 0 for f in filters.values())
+    assert other.state.memory(predictive.ANALYZER).filters == filters
+    for with_prepare, without in zip(prepared, alone, strict=True):
+        assert with_prepare.decisions == without.decisions  # type: ignore[attr-defined]
+        assert with_prepare.analyses == without.analyses  # type: ignore[attr-defined]
+        assert not without.errors  # type: ignore[attr-defined]
+        failed = [w for w in without.warnings if "preparing the models at once failed" in w]  # type: ignore[attr-defined]
+        assert bool(failed) is warned
+        assert not any("preparing" in w for w in with_prepare.warnings)  # type: ignore[attr-defined]
+    if warned:
+        assert "RuntimeError: injected prepare bug" in failed[0]

@@ -11,6 +11,7 @@ Per model, each cycle (read from the top):
       measure
         1. workload.observe   Σλ (arrival rate of the busy pods) and the arrival-weighted request size
         2. ekf.learn          each variant without a profile: its filter takes one observation per busy pod
+                              (done for every model of a block at once, in lockstep, by `Predictive.prepare`)
         3. backlog            B = Σ waiting requests of the pods + the EPP queue
         4. forecast           the forecaster takes Σλ; its peak over [now, now + lead] (forecast.py), lead = the
                               largest p90 startup of the model's variants (learned from their pods; before 10
@@ -75,7 +76,7 @@ from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.analyzer import LEARNED_SECTION as FILTER_SECTION
 from adapter.analyzers.queueing.model import RequestSize, ServiceParams
 from adapter.analyzers.queueing.slo import Slo, resolve_slo
-from adapter.analyzers.queueing.workload import Observed, observe, usable
+from adapter.analyzers.queueing.workload import Observed, VariantLoad, observe, usable
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply, supply_of
@@ -158,6 +159,15 @@ class ModelState:
 
 
 @dataclass(frozen=True, slots=True)
+class Prepared:
+    """Steps 1–2 of one model as `Predictive.prepare` did them: its workload, and the outcome of each variant that
+    learns (by name; None where it had nothing to learn from)."""
+
+    observed: Observed
+    outcomes: Mapping[str, ekf.Outcome | None]
+
+
+@dataclass(frozen=True, slots=True)
 class PredictiveMemory:
     """The analyzer's memory: every model's state and every variant's filter."""
 
@@ -165,6 +175,10 @@ class PredictiveMemory:
     filters: Mapping[VariantKey, ekf.FilterState] = field(default_factory=dict)
     variants: Mapping[ModelKey, frozenset[str]] = field(default_factory=dict)
     """The VAs of each remembered model (a model is forgotten when none of them is decided)."""
+    prepared: Mapping[ModelKey, Prepared] = field(default_factory=dict)
+    """This cycle's steps 1–2, done for every model at once by `Predictive.prepare` (a model missing here does them
+    in its `analyze`). Only in the memory the analyses get: never persisted, never carried to the next cycle
+    (`MemoryKeeper.next` starts from the engine state's memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,12 +268,36 @@ class Predictive:
         cfg, warnings = model.configmaps.queueing(model.model)
         return cfg, (*model.saturation_warnings, *warnings)
 
+    def prepare(
+        self, models: Sequence[tuple[ModelInput, QueueingConfig]], memory: PredictiveMemory, now_s: float
+    ) -> PredictiveMemory:
+        """Step 2 for every variant that learns, of every model, in one lockstep (`ekf.learn_many`): what a cycle
+        of the shipped default costs is mostly this, and variant by variant it is ~10 model calls of 7 rows each
+        (docs/benchmarks/scale.md). Each model's workload and outcomes reach `analyze` in
+        `PredictiveMemory.prepared`."""
+        learners: list[tuple[ModelInput, Observed, list[str]]] = []
+        jobs: list[tuple[ekf.FilterState | None, VariantLoad]] = []
+        for model, config in models:
+            names = [v.key.name for v in model.views if _learns(v, config)]
+            if not names:
+                continue  # nothing to do at once: `analyze` observes the model itself
+            filters, _ = _restore_filters(model, memory)
+            observed = observe(model.views, model.pods)
+            learners.append((model, observed, names))
+            jobs.extend((filters.get(name), observed.variants[name]) for name in names)
+        outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
+        prepared = {
+            model.model: Prepared(observed, {name: next(outcomes) for name in names})
+            for model, observed, names in learners
+        }
+        return replace(memory, prepared=prepared)
+
     def analyze(
         self, model: ModelInput, config: QueueingConfig, memory: PredictiveMemory, now_s: float
     ) -> Analysis[PredictiveMemory]:
         forecast_cfg = ForecastConfig(step_s=self.step_s, quantile=config.forecast_quantile)
         state, filters, notes = _restore(model, memory, forecast_cfg)
-        cycle = _measure(model, config, state, filters, now_s)
+        cycle = _measure(model, config, state, filters, now_s, prepared=memory.prepared.get(model.model))
         notes.extend(cycle.notes)
         names = frozenset(v.key.name for v in model.views)
         update = PredictiveMemory(
@@ -318,6 +356,13 @@ def _restore(
             if best is None or restored.saved_s > best.saved_s:
                 best = restored
         state = best or ModelState(Forecaster(forecast_cfg))
+    filters, filter_notes = _restore_filters(model, memory)
+    return state, filters, [*notes, *filter_notes]
+
+
+def _restore_filters(model: ModelInput, memory: PredictiveMemory) -> tuple[dict[str, ekf.FilterState], list[str]]:
+    """Each variant's filter: memory first, else what a previous leader persisted in its VA status."""
+    notes: list[str] = []
     filters: dict[str, ekf.FilterState] = {}
     for view in model.views:
         remembered = memory.filters.get(view.key)
@@ -328,7 +373,7 @@ def _restore(
                 notes.append(f"{view.key.name}: persisted filter state unreadable ({str(exc)[:120]}); learning afresh")
         if remembered is not None:
             filters[view.key.name] = remembered
-    return state, filters, notes
+    return filters, notes
 
 
 def _measure(
@@ -337,11 +382,13 @@ def _measure(
     state: ModelState,
     filters: Mapping[str, ekf.FilterState],
     now_s: float,
+    *,
+    prepared: Prepared | None,
 ) -> _Cycle:
-    """Steps 1–8 of the module docstring for one model."""
+    """Steps 1–8 of the module docstring for one model; 1–2 from `prepared` where `prepare` did them."""
     views = model.views
-    observed = observe(views, model.pods)
-    learned, notes = _learn(views, observed, filters, cfg=cfg, now_s=now_s)
+    observed = prepared.observed if prepared is not None else observe(views, model.pods)
+    learned, notes = _learn(views, observed, filters, cfg=cfg, now_s=now_s, prepared=prepared)
     size = _size(observed.model.input_tokens, observed.model.output_tokens, state)
     startup = _startup_samples(views, state)
     leads = _leads(startup, cfg)
@@ -719,26 +766,36 @@ def _learn(
     *,
     cfg: QueueingConfig,
     now_s: float,
+    prepared: Prepared | None,
 ) -> tuple[dict[str, ekf.FilterState], list[str]]:
-    """Each variant's filter after this cycle's observations (the queueing model's step 2)."""
+    """Each variant's filter after this cycle's observations (the queueing model's step 2): the outcome `prepare`
+    found, or learned here (in lockstep over the model's variants) for a variant it did not do."""
+    done = prepared.outcomes if prepared is not None else {}
+    learners = [v.key.name for v in views if _learns(v, cfg)]
+    missing = [name for name in learners if name not in done]
+    learned_here = ekf.learn_many([(filters.get(name), observed.variants[name]) for name in missing], now_s=now_s)
+    outcomes = {**done, **dict(zip(missing, learned_here, strict=True))}
     states: dict[str, ekf.FilterState] = {}
     notes: list[str] = []
     for view in views:
         name = view.key.name
         previous = filters.get(name)
-        if not cfg.tuning_enabled or _profile(view, cfg) is not None:
-            if previous is not None:  # nothing to learn: a profile sizes this variant (`_params`)
-                states[name] = previous
-            continue
-        outcome = ekf.learn(previous, observed.variants[name], now_s=now_s)
+        outcome = outcomes.get(name) if name in learners else None
         if outcome is None:
+            # nothing to learn (a profile sizes this variant: `_params`), or no observation this cycle (e.g. the
+            # variant is at zero): the filter is kept as it was
             if previous is not None:
-                states[name] = previous  # no observation this cycle (e.g. the variant is at zero): keep it
+                states[name] = previous
             continue
         states[name] = outcome.state
         if outcome.started == "re-fitted" and previous is not None:
             notes.append(f"{name}: filter lost for {previous.lost_cycles} cycles; re-fitted")
     return states, notes
+
+
+def _learns(view: VariantView, cfg: QueueingConfig) -> bool:
+    """Whether the variant's filter learns this cycle: tuning is on and no accelerator profile sizes it."""
+    return cfg.tuning_enabled and _profile(view, cfg) is None
 
 
 def _params(
