@@ -86,8 +86,9 @@ def test_linearise_without_an_answer_at_a_probe() -> None:
     assert ekf.jacobian(theta - np.array([0.005, 0.0, 0.0]), env) is None
 
 
-def test_predict_groups_pods_by_batch_limit() -> None:
-    """The fit's residuals come from one call per batch limit; each row equals `measure` for its own pod."""
+def test_predict_solves_each_pod_at_its_own_batch_limit() -> None:
+    """The fit's residuals come from one call, the pods' batch limits apart; each row equals `measure` for its own
+    pod."""
     from adapter.analyzers.queueing.ekf import _predict
 
     envs = [_exact(TRUE, f, i, o, n) for f, i, o, n in ((0.2, 512, 128, 64), (0.6, 900, 50, 32), (0.4, 256, 300, 64))]

@@ -283,9 +283,24 @@ def test_rows_agree_with_one_model_at_a_time(rows):
         max_batch=np.array([r[6] for r in rows]),
         max_queue=np.array([r[7] for r in rows]),
     )
+    one_by_one = analyze_rows(
+        np.array([r[:3] for r in rows]),
+        np.array([r[3] for r in rows]),
+        np.array([r[4] for r in rows]),
+        np.array(rates),
+        max_batch=np.array([r[6] for r in rows]),
+        max_queue=np.array([r[7] for r in rows]),
+        one_by_one=True,
+    )
     assert got.ok.all()
+    assert one_by_one.ok.all()
     for index, (qm, rate) in enumerate(zip(singles, rates, strict=True)):
         m = qm.analyze(rate)
+        assert (one_by_one.ttft_ms[index], one_by_one.itl_ms[index], one_by_one.wait_ms[index]) == (
+            m.ttft_ms,
+            m.itl_ms,
+            m.wait_ms,
+        )  # the same solve, bit for bit
         assert got.ttft_ms[index] == pytest.approx(m.ttft_ms, rel=1e-11)
         assert got.itl_ms[index] == pytest.approx(m.itl_ms, rel=1e-11, abs=1e-11 * m.ttft_ms)
         assert got.wait_ms[index] == pytest.approx(m.wait_ms, rel=1e-11, abs=1e-11 * m.ttft_ms)
@@ -299,7 +314,8 @@ def test_no_rows_give_empty_answers():
     assert [len(column) for column in got] == [0, 0, 0, 0, 0]
 
 
-def test_rows_outside_the_model_have_no_answer_and_never_raise():
+@pytest.mark.parametrize("one_by_one", [pytest.param(False, id="arrays"), pytest.param(True, id="one-by-one")])
+def test_rows_outside_the_model_have_no_answer_and_never_raise(one_by_one):
     from adapter.analyzers.queueing.model import analyze_rows
 
     good = (20.0, 0.08, 0.0002)
@@ -322,6 +338,7 @@ def test_rows_outside_the_model_have_no_answer_and_never_raise():
         np.array([c[3] for c in cases.values()]),
         max_batch=256,
         max_queue=100,
+        one_by_one=one_by_one,
     )
     ok = dict(zip(cases, got.ok.tolist(), strict=True))
     assert ok == {name: name == "good" for name in cases}

@@ -348,24 +348,19 @@ def jacobian(theta: Vector, env: Environment) -> Matrix | None:
 
 
 def _predict(x: Vector, envs: Sequence[Environment]) -> tuple[Matrix, Vector]:
-    """h(x) for every environment (NaN rows outside the model) and each one's maximum rate at x, one call per
-    batch limit."""
-    h = np.full((len(envs), 2), np.nan)
-    max_rps = np.full(len(envs), np.nan)
-    groups: dict[int, list[int]] = {}
-    for index, env in enumerate(envs):
-        groups.setdefault(env.max_batch, []).append(index)
-    for max_batch, members in groups.items():
-        rows = analyze_rows(
-            np.broadcast_to(x, (len(members), 3)),
-            np.array([envs[m].input_tokens for m in members]),
-            np.array([envs[m].output_tokens for m in members]),
-            np.array([envs[m].arrival_rps for m in members]),
-            max_batch=max_batch,
-            max_queue=QUEUE_TO_BATCH * max_batch,
-        )
-        h[members], max_rps[members] = _h(rows), rows.max_rps
-    return h, max_rps
+    """h(x) for every environment (NaN rows outside the model) and each one's maximum rate at x, in one call, the
+    rows solved one by one (a fit's few pods a call: `analyze_rows`' `one_by_one`)."""
+    batch = np.array([env.max_batch for env in envs], dtype=np.int64)
+    rows = analyze_rows(
+        np.broadcast_to(x, (len(envs), 3)),
+        np.array([env.input_tokens for env in envs]),
+        np.array([env.output_tokens for env in envs]),
+        np.array([env.arrival_rps for env in envs]),
+        max_batch=batch,
+        max_queue=QUEUE_TO_BATCH * batch,
+        one_by_one=True,
+    )
+    return _h(rows), rows.max_rps
 
 
 def _overload(arrival_rps: float, max_rps: float) -> float:
@@ -477,6 +472,8 @@ def update_many(jobs: Sequence[tuple[FilterState, Sequence[Environment]]], *, no
 
 def _update_valid(jobs: Sequence[tuple[FilterState, Sequence[Environment]]], *, now_s: float) -> list[Outcome]:
     """`update_many` for environments already known to be valid."""
+    if not jobs:
+        return []
     count = len(jobs)
     envs = [environments for _, environments in jobs]
     states = [state for state, _ in jobs]
@@ -493,13 +490,15 @@ def _update_valid(jobs: Sequence[tuple[FilterState, Sequence[Environment]]], *, 
         rows = np.array(active, dtype=np.intp)
         with np.errstate(all="ignore"):
             steps = _steps(x[rows], p[rows] + q, [envs[j][k] for j in active], lo=lo[rows], hi=hi[rows])
-        for position, j in enumerate(active):
-            if why := steps.why[position]:
+        taken = np.array([not why for why in steps.why], dtype=np.bool_)
+        x[rows[taken]], p[rows[taken]] = steps.theta[taken], steps.p[taken]
+        for j, why, nis in zip(active, steps.why, steps.nis.tolist(), strict=True):
+            if why:
                 rejected[j] += 1
                 reasons[j].append(why)
-                continue
-            x[j], p[j], nis_last[j] = steps.theta[position], steps.p[position], float(steps.nis[position])
-            accepted[j] += 1
+            else:
+                nis_last[j] = nis
+                accepted[j] += 1
     learned = np.exp(x).tolist()
     outcomes = []
     for j, state in enumerate(states):
@@ -556,7 +555,7 @@ def _steps(x: Matrix, p: npt.NDArray[np.float64], envs: Sequence[Environment], *
     """One gated, iterated update of θ = log x for each of m variants (x: (m, 3), p: (m, 3, 3), already
     predicted), each with its own observation: the module docstring's equations, one array operation per line."""
     m = len(envs)
-    z = np.array([e.z for e in envs], dtype=np.float64).reshape(m, 2)
+    z = np.array([(e.ttft_ms, e.itl_ms) for e in envs], dtype=np.float64).reshape(m, 2)
     r = np.zeros((m, 2, 2))
     r[:, [0, 1], [0, 1]] = (RELATIVE_SD * z) ** 2
     why = [""] * m
@@ -573,10 +572,10 @@ def _steps(x: Matrix, p: npt.NDArray[np.float64], envs: Sequence[Environment], *
     s_inv = np.zeros_like(s)
     s_inv[live] = np.linalg.inv(s[live])
     nis[live] = (y[live, None, :] @ s_inv[live] @ y[live, :, None])[:, 0, 0]
-    for j in np.flatnonzero(live).tolist():
-        if not math.isfinite(nis[j]) or nis[j] >= NIS_GATE:
-            why[j] = f"observation rejected by the NIS gate ({nis[j]:.3g} >= {NIS_GATE})"
-            live[j] = False
+    gated = live & ~(nis < NIS_GATE)  # NaN is gated too
+    for j in np.flatnonzero(gated).tolist():
+        why[j] = f"observation rejected by the NIS gate ({nis[j]:.3g} >= {NIS_GATE})"
+    live &= ~gated
     k = p @ _transposed(h) @ s_inv
     theta = np.clip(x + (k @ y[:, :, None])[:, :, 0], lo, hi)
     last = x.copy()

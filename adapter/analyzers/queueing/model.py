@@ -258,6 +258,8 @@ _EXP_LIMIT = 700.0
 NB_MAX_SHAPE = 1e4
 """The head is summed in closed form while a/b ≤ this (real servers: 20 to a few thousand); beyond it (b ≈ 0: a
 batch barely slows an iteration), and for b = 0, element by element: the incomplete beta loses digits there."""
+_NEGLIGIBLE_LOG = -60.0 * math.log(2.0)
+"""ln 2⁻⁶⁰: a head whose tail beyond N is below this has mass 1 in float64 (`_negligible_tail`)."""
 _STIRLING = (1.0 / 12.0, -1.0 / 360.0, 1.0 / 1260.0, -1.0 / 1680.0)
 """The first terms of ln Γ(z)'s asymptotic series Σ c_k / z^(2k−1): beyond them the error is below 1/(1188·z⁹)."""
 
@@ -272,6 +274,21 @@ def _log_rising(r: float, n: int) -> float:
     c1, c3, c5, c7 = _STIRLING  # Σ_k c_k·(z^(1−2k) − r^(1−2k)), written out (the hot path of every solve)
     series = c1 * (z**-1 - r**-1) + c3 * (z**-3 - r**-3) + c5 * (z**-5 - r**-5) + c7 * (z**-7 - r**-7)
     return (r - 0.5) * math.log1p(n / r) + n * math.log(z) - n + series
+
+
+def _negligible_tail(r: float, k: float, x: float) -> bool:
+    """Whether P(NB(r, x) ≥ k) < 2⁻⁶⁰, so that P(NB ≤ k − 1) = I_{1−x}(r, k) is 1 in float64 and the incomplete beta
+    function need not be called (~1.3 µs a pair of calls; most solves, a batch far below N).
+
+    Chernoff: P(X ≥ k) ≤ E[e^(tX)]·e^(−tk) with E[e^(tX)] = ((1−x)/(1−x·e^t))^r, least at x·e^t = k/(k+r), which
+    is a t > 0 when k is above the mean r·x/(1−x):  ln P ≤ r·ln(1−x) + r·ln((k+r)/r) + k·ln((k+r)·x/k).
+    Example: r = 41.06, x = 0.3303 (the worked example at 5 req/s), k = 257: −295 < −41.6 ⇒ negligible.
+    Wherever the bound holds, scipy's `betainc` returns exactly 1.0 (2,000,000 random (r, k, x); and the λ* hash
+    of 1,500 random models is unchanged), so skipping the call changes no result."""
+    if not k * (1.0 - x) > r * x:
+        return False
+    bound = r * math.log1p(-x) + r * math.log((k + r) / r) + k * math.log((k + r) * x / k)
+    return bound < _NEGLIGIBLE_LOG
 
 
 def _service_rate(a_ms: float, b_ms: float, n: int) -> float:
@@ -330,8 +347,10 @@ class _Chain(NamedTuple):
         if self.b_ms > 0 and self.a_ms <= NB_MAX_SHAPE * self.b_ms:
             x, r = lam * self.b_ms, self.a_ms / self.b_ms + 1.0
             log_w_n = _log_rising(r, n) - math.lgamma(n + 1) + n * math.log(x) + r * math.log1p(-x)
-            # I_{1−x}(r, N+1) and I_{1−x}(r+1, N) in one ufunc call (~1 µs less a solve than two; the same values)
-            mass, shifted = special.betainc(np.array((r, r + 1.0)), _head_shapes(n), 1.0 - x).tolist()
+            if _negligible_tail(r, n + 1.0, x) and _negligible_tail(r + 1.0, n, x):
+                mass, shifted = 1.0, 1.0
+            else:  # I_{1−x}(r, N+1) and I_{1−x}(r+1, N) in one ufunc call (~1 µs less a solve than two)
+                mass, shifted = special.betainc(np.array((r, r + 1.0)), _head_shapes(n), 1.0 - x).tolist()
             return log_w_n, mass, r * x / (1.0 - x) * shifted
         states = _head_states(n)
         log_w = states * math.log(lam) - np.concatenate(([0.0], np.cumsum(np.log(self.service_rates()))))
@@ -436,6 +455,7 @@ def analyze_rows(
     *,
     max_batch: IntArray | int,
     max_queue: IntArray | int,
+    one_by_one: bool = False,
 ) -> RowMetrics:
     """`QueueModel(...).analyze(rate)` for m rows at once: `params_ms` is (m, 3) of (α, β, γ); the request size,
     rate, batch limit and queue capacity are per row or shared. Never raises on data: a row whose inputs are outside
@@ -447,14 +467,29 @@ def analyze_rows(
     solving them one by one. Rows the closed forms do not cover — the head summed element by element (b = 0 or
     a/b > `NB_MAX_SHAPE`) or a queue ratio within 1/Q of 1 — are solved one by one by `_solve_chain`. Agrees with
     `analyze` row by row to ~1e-13 relative (numpy's vectorised log and exp round differently from libm's in the
-    last bit; tests/queueing/test_model.py)."""
+    last bit; tests/queueing/test_model.py).
+
+    `one_by_one` solves every row by `_solve_chain` instead (~9 µs a row, where the arrays cost ~150 µs a call
+    whatever its size): the cold-start fit's calls of a few pods each (`ekf._predict`)."""
     rows = len(params_ms)
     table = np.empty((rows, 8))  # α, β, γ, I, O, rate, N, Q
     table[:, :3] = params_ms
     table[:, 3], table[:, 4], table[:, 5] = input_tokens, output_tokens, rate_rps
     table[:, 6], table[:, 7] = max_batch, max_queue
-    alpha, beta, gamma, i, o, rate, n, q = table.T
     out = np.full((rows, 4), np.nan)  # TTFT, ITL, W, max rate per row
+    if one_by_one:
+        for index, row in enumerate(table.tolist()):
+            out[index] = _analyze_one(row)
+    else:
+        _analyze_arrays(table, out)
+    ok = np.isfinite(out).all(axis=1)
+    out[~ok, :3] = np.nan
+    return RowMetrics(out[:, 0], out[:, 1], out[:, 2], out[:, 3], ok)
+
+
+def _analyze_arrays(table: npt.NDArray[np.float64], out: npt.NDArray[np.float64]) -> None:
+    """`analyze_rows` as arrays: (TTFT, ITL, W, max rate) of each row of `table` into `out` (NaN: no answer)."""
+    alpha, beta, gamma, i, o, rate, n, q = table.T
     with np.errstate(all="ignore"):
         valid = (alpha > 0) & (beta >= 0) & (gamma >= 0) & (i >= 0) & (o >= 1) & (rate > 0)  # NaN fails too
         valid &= np.isfinite(table[:, :5]).all(axis=1) & (n >= 1) & (q >= 0)
@@ -477,9 +512,25 @@ def analyze_rows(
             out[closed, :3] = np.column_stack(_solve_rows(_Columns(*(c[closed] for c in columns))))
     for index in np.flatnonzero(valid & ~closed).tolist():
         out[index, :3] = _analyze_row(table[index].tolist())
-    ok = np.isfinite(out).all(axis=1)
-    out[~ok, :3] = np.nan
-    return RowMetrics(out[:, 0], out[:, 1], out[:, 2], out[:, 3], ok)
+
+
+def _analyze_one(row: Sequence[float]) -> tuple[float, float, float, float]:
+    """(TTFT, ITL, W, max rate) of one row of `analyze_rows`' table (α, β, γ, I, O, rate, N, Q) by `_solve_chain`,
+    with the same checks as the arrays; NaN where there is no answer (the max rate is still given when the service
+    rates are valid)."""
+    alpha, beta, gamma, i, o, rate, n, q = row
+    nan, finite = math.nan, math.isfinite
+    if not (alpha > 0 and beta >= 0 and gamma >= 0 and i >= 0 and o >= 1 and rate > 0 and n >= 1 and q >= 0):
+        return nan, nan, nan, nan  # NaN fails too
+    if not (finite(alpha) and finite(beta) and finite(gamma) and finite(i) and finite(o)):
+        return nan, nan, nan, nan
+    chain = _Chain.of(Work(alpha, beta, gamma, i, o), int(n), int(q))
+    if chain is None:
+        return nan, nan, nan, nan
+    max_rps = chain.max_rps
+    if rate > max_rps:
+        return nan, nan, nan, max_rps
+    return (*_analyze_row(row), max_rps)
 
 
 def _analyze_row(row: Sequence[float]) -> tuple[float, float, float]:
@@ -507,6 +558,12 @@ def _log_rising_rows(r: Array, n: Array) -> Array:
     if small.any():
         stirling[small] = special.gammaln(z[small]) - special.gammaln(r[small])
     return np.asarray(stirling, dtype=np.float64)
+
+
+def _negligible_tails(r: Array, k: Array, x: Array) -> npt.NDArray[np.bool_]:
+    """`_negligible_tail` for arrays."""
+    bound = r * np.log1p(-x) + r * np.log((k + r) / r) + k * np.log((k + r) * x / k)
+    return np.asarray((k * (1.0 - x) > r * x) & (bound < _NEGLIGIBLE_LOG), dtype=np.bool_)
 
 
 def _geometric_rows(y: Array, terms: Array) -> tuple[Array, Array]:
@@ -541,8 +598,12 @@ def _solve_rows(c: _Columns) -> tuple[Array, Array, Array]:
     lam, n, q, log_r = c.lam, c.n, c.q, c.log_r
     x, r = lam * c.b, c.a / c.b + 1.0
     log_w_n = _log_rising_rows(r, n) - special.gammaln(n + 1.0) + n * np.log(x) + r * np.log1p(-x)
-    mass = special.betainc(r, n + 1.0, 1.0 - x)
-    first = r * x / (1.0 - x) * special.betainc(r + 1.0, n, 1.0 - x)
+    mass, shifted = np.ones_like(x), np.ones_like(x)
+    summed = ~(_negligible_tails(r, n + 1.0, x) & _negligible_tails(r + 1.0, n, x))
+    if summed.any():
+        mass[summed] = special.betainc(r[summed], n[summed] + 1.0, 1.0 - x[summed])
+        shifted[summed] = special.betainc(r[summed] + 1.0, n[summed], 1.0 - x[summed])
+    first = r * x / (1.0 - x) * shifted
     log_w_k = log_w_n + q * log_r
     scale = np.where(log_w_k > 0, np.exp(-log_w_k), 1.0)
     w_n, w_k = np.exp(log_w_n) * scale, np.exp(np.minimum(log_w_k, 0.0))
