@@ -3,6 +3,7 @@
     engine, per model ──► registry.choose(configuration)                        which analyzer
                      ──► analyzer.configure(model)                          → its config, config warnings
         all models   ──► analyzer.prepare(models, memory, now_s)           → the memory its analyses get
+                                                                       (an analyzer that `prepares`)
                      ──► analyzer.analyze(model, config, memory, now_s)     → Analysis:
                              a CapacitySignal for the allocation step, or the reason there is none;
                              notes; this model's update to the analyzer's memory; the `status.learned`
@@ -149,6 +150,12 @@ class Analyzer(Protocol[C, M]):
 
     @property
     def memory(self) -> Memory[M]: ...
+
+    @property
+    def prepares(self) -> bool:
+        """Whether `prepare` does work for many models at once: the engine then frames this analyzer's models of the
+        whole fleet and prepares them in one call before deciding block by block; otherwise it never calls it."""
+        ...
 
     def configure(self, model: ModelInput) -> tuple[C, tuple[str, ...]]:
         """The analyzer's configuration for this model, and the problems found in it (the VA's

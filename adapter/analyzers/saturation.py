@@ -61,6 +61,7 @@ class SaturationPercentage:
     """The percentage-based analyzer (V1) as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.SATURATION_PERCENTAGE
+    prepares: bool = False
 
     @property
     def memory(self) -> NotReportingMemory:

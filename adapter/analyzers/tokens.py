@@ -215,6 +215,7 @@ class TokenBased:
     """The token-based analyzer (V2) as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.SATURATION_TOKEN
+    prepares: bool = False
 
     @property
     def memory(self) -> TokenMemoryKind:

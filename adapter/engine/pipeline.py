@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from adapter.analyzers import registry
 from adapter.config.engine import EngineConfig
@@ -59,7 +59,6 @@ def decide(
     mode = config.configmaps.allocation()
     gpus = GpuPools.of(snapshot.nodes, snapshot.variants)
     plans: dict[ModelKey, ModelPlan] = {}
-    measure_errors: dict[ModelKey, str] = {}
     finish_errors: dict[ModelKey, str] = {}
     histories: dict[VariantKey, VariantHistory] = {}
     recommendations: dict[VariantKey, Recommendation] = {}
@@ -69,16 +68,30 @@ def decide(
     new_allocations: dict[VariantKey, DesiredAlloc] = {}
     warnings: list[str] = []
 
-    for block in _blocks(sorted(models.items(), key=_by_model), independent=mode.independent):
-        # 1. measure: one plan per model (each analyzer's work for many models done at once first: `prepare`)
-        block_plans, block_errors, block_warnings = _measure(
-            block, snapshot=snapshot, pods_by_variant=pods_by_variant, state=state, config=config, now_s=now_s
+    ordered = sorted(models.items(), key=_by_model)
+    # 1a. the models of the analyzers that do work for many models at once (`Analyzer.prepares`: the predictive
+    #     analyzer's learning), framed and prepared over the whole fleet: one batch, not one a block
+    early = _prepared(
+        ordered, snapshot=snapshot, pods_by_variant=pods_by_variant, state=state, config=config, now_s=now_s
+    )
+    measure_errors = dict(early.errors)
+    warnings.extend(early.warnings)
+
+    for block in _blocks(ordered, independent=mode.independent):
+        # 1b. measure: one plan per model (the other models framed here, block by block)
+        block_plans = _measure(
+            block,
+            early,
+            measure_errors,
+            snapshot=snapshot,
+            pods_by_variant=pods_by_variant,
+            state=state,
+            config=config,
+            now_s=now_s,
         )
-        measure_errors.update(block_errors)
-        warnings.extend(block_warnings)
         plans.update(block_plans)
 
-        # 1b. remember: the recommender's histories; its optional floor on scale-down
+        # 1c. remember: the recommender's histories; its optional floor on scale-down
         recommended = recommend.observe(block_plans, state.recommender, now_s)
         histories.update(recommended.histories)
         recommendations.update(recommended.recommendations)
@@ -136,6 +149,7 @@ def decide(
                 decisions[decision.key] = decision
                 new_allocations[decision.key] = alloc
 
+    measure_errors = {m: measure_errors[m] for m, _ in ordered if m in measure_errors}  # in the models' order
     errors = {**measure_errors, **finish_errors}  # as one pass would order them: measuring's, then finishing's
     learned: dict[VariantKey, dict[str, Any]] = {k: dict(v) for k, v in recommended_learned.items()}
     for model, plan in plans.items():
@@ -157,38 +171,103 @@ def decide(
     return result, EngineState(new_allocations, _memories(plans, state, set(decisions), now_s), kept, asked)
 
 
-def _measure(
-    block: Sequence[tuple[ModelKey, Sequence[VariantView]]],
+class _Early(NamedTuple):
+    """Stage 1a (`_prepared`): the models framed before the blocks, the errors of those whose framing raised, each
+    analyzer's memory for the analyses, and a warning per analyzer whose `prepare` failed."""
+
+    framed: dict[ModelKey, Framed]
+    errors: dict[ModelKey, str]
+    memories: dict[AnalyzerName, Any]
+    warnings: list[str]
+
+
+def _prepared(
+    models: Sequence[tuple[ModelKey, Sequence[VariantView]]],
     *,
     snapshot: Snapshot,
     pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
     state: EngineState,
     config: EngineConfig,
     now_s: float,
-) -> tuple[dict[ModelKey, ModelPlan], dict[ModelKey, str], list[str]]:
-    """Stage 1 for a block of models: each framed (configuration, analyzer, input), each analyzer's `prepare` over
-    all of its models, then each model's plan. The plans, the error of each model that failed (a bug: framing or
-    analysing it raised), and a warning per analyzer whose `prepare` failed (its models then do that work alone)."""
+) -> _Early:
+    """The models whose analyzer `prepares`, framed, and their analyzers' `prepare` over all of them at once. A
+    failed `prepare` (a bug) leaves that analyzer's memory as it was, and each of its models then does that work
+    alone in its analysis: a warning, never a model's error."""
+    framed, errors = _frame(
+        [(m, v) for m, v in models if _prepares(m, config)],
+        snapshot=snapshot,
+        pods_by_variant=pods_by_variant,
+        state=state,
+        config=config,
+    )
+    memories, failures = prepare(list(framed.values()), state, now_s)
+    warnings = [
+        f"{name}: preparing the models at once failed ({_describe(exc)}); each analysed alone" for name, exc in failures
+    ]
+    return _Early(framed, errors, memories, warnings)
+
+
+def _prepares(model: ModelKey, config: EngineConfig) -> bool:
+    """Whether the analyzer the model's configuration selects prepares for many models at once; False when that
+    cannot be told (the model's framing then reports the error)."""
+    try:
+        saturation, _ = config.configmaps.saturation(model)
+        return registry.choose(config.configmaps, model, saturation).prepares
+    except Exception:  # framing raises it again, as the model's error
+        return False
+
+
+def _measure(
+    block: Sequence[tuple[ModelKey, Sequence[VariantView]]],
+    early: _Early,
+    errors: dict[ModelKey, str],
+    *,
+    snapshot: Snapshot,
+    pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
+    state: EngineState,
+    config: EngineConfig,
+    now_s: float,
+) -> dict[ModelKey, ModelPlan]:
+    """Each model's plan (`measure_model`): framed before the blocks (`_prepared`) or here. A model whose framing or
+    analysis raises (a bug) gets its error in `errors` instead, and the others are measured as usual."""
+    framed, frame_errors = _frame(
+        [(m, v) for m, v in block if m not in early.framed and m not in errors],
+        snapshot=snapshot,
+        pods_by_variant=pods_by_variant,
+        state=state,
+        config=config,
+    )
+    errors.update(frame_errors)
+    plans: dict[ModelKey, ModelPlan] = {}
+    for model, _ in block:
+        ready = early.framed.get(model) or framed.get(model)
+        if ready is not None:
+            try:
+                plans[model] = measure_model(ready, memories=early.memories, state=state, now_s=now_s)
+            except Exception as exc:  # a bug for one model must not stop the others (issue 10)
+                errors[model] = _describe(exc)
+    return plans
+
+
+def _frame(
+    models: Sequence[tuple[ModelKey, Sequence[VariantView]]],
+    *,
+    snapshot: Snapshot,
+    pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
+    state: EngineState,
+    config: EngineConfig,
+) -> tuple[dict[ModelKey, Framed], dict[ModelKey, str]]:
+    """Each model framed (`frame_model`), and the error of each model whose framing raised (a bug)."""
     errors: dict[ModelKey, str] = {}
     framed: dict[ModelKey, Framed] = {}
-    for model, views in block:
+    for model, views in models:
         try:
             framed[model] = frame_model(
                 model, views, snapshot=snapshot, pods_by_variant=pods_by_variant, state=state, config=config
             )
         except Exception as exc:  # a bug for one model must not stop the others (issue 10)
             errors[model] = _describe(exc)
-    memories, failures = prepare(list(framed.values()), state, now_s)
-    plans: dict[ModelKey, ModelPlan] = {}
-    for model, model_framed in framed.items():
-        try:
-            plans[model] = measure_model(model_framed, memories=memories, state=state, now_s=now_s)
-        except Exception as exc:
-            errors[model] = _describe(exc)
-    warnings = [
-        f"{name}: preparing the models at once failed ({_describe(exc)}); each analysed alone" for name, exc in failures
-    ]
-    return plans, {model: errors[model] for model, _ in block if model in errors}, warnings
+    return framed, errors
 
 
 BLOCK_VAS = 64

@@ -85,6 +85,38 @@ def test_a_failure_in_one_models_analysis_holds_only_that_model(monkeypatch: pyt
     assert broken.key.namespace == NS
 
 
+@pytest.mark.parametrize(
+    "saturation",
+    [
+        pytest.param("", id="framed-in-its-block"),
+        pytest.param("analyzerName: predictive\n", id="framed-before-the-blocks"),
+    ],
+)
+def test_a_failure_framing_one_model_holds_only_that_model(monkeypatch: pytest.MonkeyPatch, saturation: str) -> None:
+    """Framing (configuration, analyzer, input) raises for one model, whether its analyzer prepares over the whole
+    fleet first (predictive) or its model is framed block by block (V1): that model is held with the error, the
+    other is decided."""
+    fleet = Fleet(
+        specs=[spec("llama-l4", cost=5), spec("qwen-l4", cost=5, model="qwen")],
+        config=EngineConfig(configmaps=configset(saturation=saturation)),
+        replicas={"llama-l4": 2, "qwen-l4": 2},
+    )
+    real = pipeline.frame_model
+
+    def failing(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if model == MODEL_KEY:
+            raise RuntimeError("injected framing bug")
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "frame_model", failing)
+    result = fleet.cycle(T0, same_pods("llama-l4", 2, 0.95, 0) + same_pods("qwen-l4", 2, 0.95, 0))
+    assert result.errors == {MODEL_KEY: "RuntimeError: injected framing bug"}
+    broken, healthy = fleet.decision("llama-l4"), fleet.decision("qwen-l4")
+    assert broken.path is DecisionPath.FALLBACK
+    assert "internal error deciding this model (RuntimeError: injected framing bug)" in broken.reason
+    assert "internal error" not in healthy.reason  # decided as usual (by its analyzer or its fallback)
+
+
 def test_engine_reports_every_model_error_once_per_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline, "measure_model", lambda *a, **k: (_ for _ in ()).throw(ValueError("x" * 10_000)))
     fleet = Fleet(specs=[spec("a"), spec("b", model="other")], replicas={"a": 1, "b": 1})

@@ -256,6 +256,8 @@ class Predictive:
     """The predictive analyzer as the engine calls it (adapter.analyzers.protocol)."""
 
     name: AnalyzerName = AnalyzerName.PREDICTIVE
+    prepares: bool = True
+    """The EKF learns every variant of the fleet in one lockstep (`prepare`)."""
     step_s: float = ENGINE_STEP_S
 
     @property

@@ -70,6 +70,7 @@ class QueueingModel:
     """The queueing-model analyzer as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.QUEUEING_MODEL
+    prepares: bool = False
 
     @property
     def memory(self) -> FilterMemory:
