@@ -18,8 +18,9 @@ resumes from them), hands the signal to the allocation step, and words each deci
 
 Adding an analyzer (the predictive policy of issue 18, say):
 1. `adapter/analyzers/<name>.py` (or a package) with its config (`configure`), its memory type and `Memory`
-   (how the models' updates merge each cycle, its JSON form for the flight recorder), its `analyze`, and one
-   object satisfying `Analyzer`;
+   (how the models' updates merge each cycle, its JSON form for the flight recorder), its `analyze`, its
+   `prepares` / `prepare` (False and the memory as it is, unless it has work to do for many models at once), and
+   one object satisfying `Analyzer`;
 2. one entry in `adapter/analyzers/registry.py`, and the rule that selects it there;
 3. its `AnalyzerName` member (domain vocabulary) and, when an `analyzerName` value selects it, that value in
    the saturation ConfigMap's schema (`adapter/config/configmaps.py`).

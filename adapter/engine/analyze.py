@@ -1,10 +1,13 @@
-"""Stage 1, per model: configuration, the analyzer's choice, the model's input, the analysis.
+"""Stage 1: each model framed (configuration, the analyzer's choice, the model's input), each analyzer's work for
+many models at once, then each model's analysis.
 
-The engine only dispatches (adapter/analyzers/protocol.py): it resolves the model's configuration, keeps the
-usable pod samples (a sample with NaN, infinite or negative KV or queue readings is dropped with a note), asks the
-registry which analyzer decides the model, and hands it a `ModelInput` and its memory. The result is a
-`ModelPlan`: the analysis (a capacity signal for the allocation step, or the reason there is none), or no
-analysis at all when metrics are unavailable or no pod reports — then the fallback hierarchy decides.
+The engine only dispatches (adapter/analyzers/protocol.py): `frame_model` resolves the model's configuration, keeps
+the usable pod samples (a sample with NaN, infinite or negative KV or queue readings is dropped with a note) and
+asks the registry which analyzer decides the model; `prepare` hands an analyzer that `prepares` all of its models
+at once (the predictive analyzer learns every variant's α, β, γ there, in one lockstep); `measure_model` hands the
+analyzer the model's `ModelInput` and the memory `prepare` returned. The result is a `ModelPlan`: the analysis (a
+capacity signal for the allocation step, or the reason there is none), or no analysis at all when metrics are
+unavailable or no pod reports — then the fallback hierarchy decides.
 """
 
 from __future__ import annotations
