@@ -532,7 +532,7 @@ def measurement_noise(env: Environment) -> Matrix:
 def normalized_innovation_squared(y: Vector, s: Matrix) -> float:
     """NIS = yᵀ S⁻¹ y; NaN when S is not symmetric positive definite. Example: y = (4, 2), S = diag(4, 1):
     16/4 + 4/1 = 8 ≥ 7.378, so the observation is rejected."""
-    if not bool(_symmetric_pd_2x2(s[None])[0]):
+    if s.shape != (2, 2) or not bool(_symmetric_pd_2x2(s[None])[0]):
         return math.nan
     return float(y @ np.linalg.inv(s) @ y)
 
