@@ -151,10 +151,6 @@ def decide(
                 decisions[decision.key] = decision
                 new_allocations[decision.key] = alloc
 
-    # The fleet-wide framing is released as soon as the blocks have used it. Held until decide returned, its release
-    # there, with the rest of decide's locals, held the GIL for ~150 ms (the servers' event loop stood still
-    # 142–165 ms in the learning benchmark's re-fit cycle at 1,000 VAs, against 47–49 ms released here).
-    del early
     measure_errors = {m: measure_errors[m] for m, _ in ordered if m in measure_errors}  # in the models' order
     errors = {**measure_errors, **finish_errors}  # as one pass would order them: measuring's, then finishing's
     learned: dict[VariantKey, dict[str, Any]] = {k: dict(v) for k, v in recommended_learned.items()}
