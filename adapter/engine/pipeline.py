@@ -74,23 +74,13 @@ def decide(
     ordered = sorted(models.items(), key=_by_model)
     # 1a. the models of the analyzers that do work for many models at once (`Analyzer.prepares`: the predictive
     #     analyzer's learning), framed and prepared over the whole fleet: one batch, not one a block
-    early = _prepared(
-        ordered, snapshot=snapshot, pods_by_variant=pods_by_variant, state=state, config=config, now_s=now_s
-    )
+    cycle = _Cycle(snapshot, pods_by_variant, state, config, now_s)
+    early = _prepared(ordered, cycle)
     measure_errors, warnings = dict(early.errors), list(early.warnings)
 
     for block in _blocks(ordered, independent=mode.independent):
         # 1b. measure: one plan per model (the other models framed here, block by block)
-        block_plans = _measure(
-            block,
-            early,
-            measure_errors,
-            snapshot=snapshot,
-            pods_by_variant=pods_by_variant,
-            state=state,
-            config=config,
-            now_s=now_s,
-        )
+        block_plans = _measure(block, early, measure_errors, cycle)
         plans.update(block_plans)
 
         # 1c. remember: the recommender's histories; its optional floor on scale-down
@@ -183,26 +173,22 @@ class _Early(NamedTuple):
     warnings: list[str]
 
 
-def _prepared(
-    models: Sequence[tuple[ModelKey, Sequence[VariantView]]],
-    *,
-    snapshot: Snapshot,
-    pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
-    state: EngineState,
-    config: EngineConfig,
-    now_s: float,
-) -> _Early:
+class _Cycle(NamedTuple):
+    """What every model's measuring reads: the snapshot, its pods by variant, the engine state, the config, now."""
+
+    snapshot: Snapshot
+    pods_by_variant: Mapping[VariantKey, list[PodMetrics]]
+    state: EngineState
+    config: EngineConfig
+    now_s: float
+
+
+def _prepared(models: Sequence[tuple[ModelKey, Sequence[VariantView]]], cycle: _Cycle) -> _Early:
     """The models whose analyzer `prepares`, framed, and their analyzers' `prepare` over all of them at once. A
     failed `prepare` (a bug) leaves that analyzer's memory as it was, and each of its models then does that work
     alone in its analysis: a warning, never a model's error."""
-    framed, errors = _frame(
-        [(m, v) for m, v in models if _prepares(m, config)],
-        snapshot=snapshot,
-        pods_by_variant=pods_by_variant,
-        state=state,
-        config=config,
-    )
-    memories, failures = prepare(list(framed.values()), state, now_s)
+    framed, errors = _frame([(m, v) for m, v in models if _prepares(m, cycle.config)], cycle)
+    memories, failures = prepare(list(framed.values()), cycle.state, cycle.now_s)
     warnings = [
         f"{name}: preparing the models at once failed ({_describe(exc)}); each analysed alone" for name, exc in failures
     ]
@@ -220,44 +206,25 @@ def _prepares(model: ModelKey, config: EngineConfig) -> bool:
 
 
 def _measure(
-    block: Sequence[tuple[ModelKey, Sequence[VariantView]]],
-    early: _Early,
-    errors: dict[ModelKey, str],
-    *,
-    snapshot: Snapshot,
-    pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
-    state: EngineState,
-    config: EngineConfig,
-    now_s: float,
+    block: Sequence[tuple[ModelKey, Sequence[VariantView]]], early: _Early, errors: dict[ModelKey, str], cycle: _Cycle
 ) -> dict[ModelKey, ModelPlan]:
     """Each model's plan (`measure_model`): framed before the blocks (`_prepared`) or here. A model whose framing or
     analysis raises (a bug) gets its error in `errors` instead, and the others are measured as usual."""
-    framed, frame_errors = _frame(
-        [(m, v) for m, v in block if m not in early.framed and m not in errors],
-        snapshot=snapshot,
-        pods_by_variant=pods_by_variant,
-        state=state,
-        config=config,
-    )
+    framed, frame_errors = _frame([(m, v) for m, v in block if m not in early.framed and m not in errors], cycle)
     errors.update(frame_errors)
     plans: dict[ModelKey, ModelPlan] = {}
     for model, _ in block:
         ready = early.framed.get(model) or framed.get(model)
         if ready is not None:
             try:
-                plans[model] = measure_model(ready, memories=early.memories, state=state, now_s=now_s)
+                plans[model] = measure_model(ready, memories=early.memories, state=cycle.state, now_s=cycle.now_s)
             except Exception as exc:  # a bug for one model must not stop the others (issue 10)
                 errors[model] = _describe(exc)
     return plans
 
 
 def _frame(
-    models: Sequence[tuple[ModelKey, Sequence[VariantView]]],
-    *,
-    snapshot: Snapshot,
-    pods_by_variant: Mapping[VariantKey, list[PodMetrics]],
-    state: EngineState,
-    config: EngineConfig,
+    models: Sequence[tuple[ModelKey, Sequence[VariantView]]], cycle: _Cycle
 ) -> tuple[dict[ModelKey, Framed], dict[ModelKey, str]]:
     """Each model framed (`frame_model`), and the error of each model whose framing raised (a bug)."""
     errors: dict[ModelKey, str] = {}
@@ -265,7 +232,12 @@ def _frame(
     for model, views in models:
         try:
             framed[model] = frame_model(
-                model, views, snapshot=snapshot, pods_by_variant=pods_by_variant, state=state, config=config
+                model,
+                views,
+                snapshot=cycle.snapshot,
+                pods_by_variant=cycle.pods_by_variant,
+                state=cycle.state,
+                config=cycle.config,
             )
         except Exception as exc:  # a bug for one model must not stop the others (issue 10)
             errors[model] = _describe(exc)

@@ -275,22 +275,17 @@ def test_rows_agree_with_one_model_at_a_time(rows):
 
     singles = [model(a, b, g, i, o, n=n, q=q) for a, b, g, i, o, _, n, q in rows]
     rates = [qm.rate_range_rps.max_rps * r[5] for qm, r in zip(singles, rows, strict=True)]
-    got = analyze_rows(
-        np.array([r[:3] for r in rows]),
-        np.array([r[3] for r in rows]),
-        np.array([r[4] for r in rows]),
-        np.array(rates),
-        max_batch=np.array([r[6] for r in rows]),
-        max_queue=np.array([r[7] for r in rows]),
-    )
-    one_by_one = analyze_rows(
-        np.array([r[:3] for r in rows]),
-        np.array([r[3] for r in rows]),
-        np.array([r[4] for r in rows]),
-        np.array(rates),
-        max_batch=np.array([r[6] for r in rows]),
-        max_queue=np.array([r[7] for r in rows]),
-        one_by_one=True,
+    got, one_by_one = (
+        analyze_rows(
+            np.array([r[:3] for r in rows]),
+            np.array([r[3] for r in rows]),
+            np.array([r[4] for r in rows]),
+            np.array(rates),
+            max_batch=np.array([r[6] for r in rows]),
+            max_queue=np.array([r[7] for r in rows]),
+            one_by_one=flag,
+        )
+        for flag in (False, True)
     )
     assert got.ok.all()
     assert one_by_one.ok.all()
