@@ -524,26 +524,30 @@ def _analyze_one(row: Sequence[float]) -> tuple[float, float, float, float]:
         return nan, nan, nan, nan  # NaN fails too
     if not (finite(alpha) and finite(beta) and finite(gamma) and finite(i) and finite(o)):
         return nan, nan, nan, nan
-    chain = _Chain.of(Work(alpha, beta, gamma, i, o), int(n), int(q))
+    work = Work(alpha, beta, gamma, i, o)
+    chain = _Chain.of(work, int(n), int(q))
     if chain is None:
         return nan, nan, nan, nan
     max_rps = chain.max_rps
     if rate > max_rps:
         return nan, nan, nan, max_rps
-    return (*_analyze_row(row), max_rps)
+    return (*_solved_or_nan(rate, chain, work), max_rps)
 
 
 def _analyze_row(row: Sequence[float]) -> tuple[float, float, float]:
     """(TTFT, ITL, W) of one row of `analyze_rows`' table (α, β, γ, I, O, rate, N, Q) that `_solve_rows` does not
-    cover, by `_solve_chain`; NaN where it has no answer."""
+    cover (its checks passed), by `_solve_chain`; NaN where it has no answer."""
     alpha, beta, gamma, i, o, rate, n, q = row
     work = Work(alpha, beta, gamma, i, o)
     chain = _Chain.of(work, int(n), int(q))
-    if chain is None:
-        return math.nan, math.nan, math.nan
+    return _solved_or_nan(rate, chain, work) if chain is not None else (math.nan, math.nan, math.nan)
+
+
+def _solved_or_nan(rate_rps: float, chain: _Chain, work: Work) -> tuple[float, float, float]:
+    """(TTFT, ITL, W) of `_solve_chain` at `rate_rps`; NaN for a degenerate row (never an exception)."""
     try:
-        solved = _solve_chain(rate / 1000.0, chain, work)
-    except (ArithmeticError, ValueError):  # a degenerate row: no answer, never an exception
+        solved = _solve_chain(rate_rps / 1000.0, chain, work)
+    except (ArithmeticError, ValueError):
         return math.nan, math.nan, math.nan
     return solved.ttft_ms, solved.itl_ms, solved.wait_ms
 
