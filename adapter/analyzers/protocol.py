@@ -19,8 +19,8 @@ resumes from them), hands the signal to the allocation step, and words each deci
 Adding an analyzer (the predictive policy of issue 18, say):
 1. `adapter/analyzers/<name>.py` (or a package) with its config (`configure`), its memory type and `Memory`
    (how the models' updates merge each cycle, its JSON form for the flight recorder), its `analyze`, its
-   `prepares` / `prepare` (False and the memory as it is, unless it has work to do for many models at once), and
-   one object satisfying `Analyzer`;
+   `prepares` / `prepare` (from `Unprepared`, unless it has work to do for many models at once), and one object
+   satisfying `Analyzer`;
 2. one entry in `adapter/analyzers/registry.py`, and the rule that selects it there;
 3. its `AnalyzerName` member (domain vocabulary) and, when an `analyzerName` value selects it, that value in
    the saturation ConfigMap's schema (`adapter/config/configmaps.py`).
@@ -173,6 +173,19 @@ class Analyzer(Protocol[C, M]):
     def analyze(self, model: ModelInput, config: C, memory: M, now_s: float) -> Analysis[M]:
         """The model's capacity signal, or the reason there is none. Pure; never raises on bad metrics."""
         ...
+
+
+class Unprepared(Generic[C, M]):
+    """`prepares` and `prepare` of an analyzer with no work for many models at once (every analyzer but the
+    predictive one): the engine never calls `prepare` for it."""
+
+    __slots__ = ()
+    prepares = False
+
+    def prepare(self, models: Sequence[tuple[ModelInput, C]], memory: M, now_s: float) -> M:
+        """The memory as it is: each model's analysis does all of its work."""
+        del models, now_s
+        return memory
 
 
 # ---- shared by the analyzers that measure capacity (the allocation step picks the replicas) ----------------

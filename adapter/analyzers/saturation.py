@@ -40,7 +40,7 @@ from operator import attrgetter
 from typing import Any
 
 from adapter.analyzers import memory as state_json
-from adapter.analyzers.protocol import Analysis, ModelInput
+from adapter.analyzers.protocol import Analysis, ModelInput, Unprepared
 from adapter.config.configmaps import SaturationConfig
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, supply_of
 from adapter.domain.decision import Action, AnalyzerName
@@ -57,11 +57,10 @@ NotReporting = Mapping[VariantKey, "NotReportingSince"]
 
 
 @dataclass(frozen=True, slots=True)
-class SaturationPercentage:
+class SaturationPercentage(Unprepared[SaturationConfig, NotReporting]):
     """The percentage-based analyzer (V1) as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.SATURATION_PERCENTAGE
-    prepares: bool = False
 
     @property
     def memory(self) -> NotReportingMemory:
@@ -69,13 +68,6 @@ class SaturationPercentage:
 
     def configure(self, model: ModelInput) -> tuple[SaturationConfig, tuple[str, ...]]:
         return model.saturation, model.saturation_warnings
-
-    def prepare(
-        self, models: Sequence[tuple[ModelInput, SaturationConfig]], memory: NotReporting, now_s: float
-    ) -> NotReporting:
-        """Nothing is done for many models at once: the memory as it is."""
-        del models, now_s  # each model's analysis does all of its work
-        return memory
 
     def analyze(
         self, model: ModelInput, config: SaturationConfig, memory: NotReporting, now_s: float

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from adapter.analyzers import memory as state_json
-from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
+from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput, Unprepared
 from adapter.config.configmaps import SaturationConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, Role, VariantSupply, supply_of
@@ -211,11 +211,10 @@ class _VariantResult:
 
 
 @dataclass(frozen=True, slots=True)
-class TokenBased:
+class TokenBased(Unprepared[SaturationConfig, TokenMemory]):
     """The token-based analyzer (V2) as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.SATURATION_TOKEN
-    prepares: bool = False
 
     @property
     def memory(self) -> TokenMemoryKind:
@@ -223,13 +222,6 @@ class TokenBased:
 
     def configure(self, model: ModelInput) -> tuple[SaturationConfig, tuple[str, ...]]:
         return model.saturation, model.saturation_warnings
-
-    def prepare(
-        self, models: Sequence[tuple[ModelInput, SaturationConfig]], memory: TokenMemory, now_s: float
-    ) -> TokenMemory:
-        """Nothing is done for many models at once: the memory as it is."""
-        del models, now_s  # each model's analysis does all of its work
-        return memory
 
     def analyze(
         self, model: ModelInput, config: SaturationConfig, memory: TokenMemory, now_s: float

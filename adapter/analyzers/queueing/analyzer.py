@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapter.analyzers import memory as state_json
-from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
+from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput, Unprepared
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.model import QueueModel, RequestSize
 from adapter.analyzers.queueing.slo import Slo, resolve_slo
@@ -66,11 +66,10 @@ Filters = Mapping[VariantKey, ekf.FilterState]
 
 
 @dataclass(frozen=True, slots=True)
-class QueueingModel:
+class QueueingModel(Unprepared[QueueingConfig, Filters]):
     """The queueing-model analyzer as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.QUEUEING_MODEL
-    prepares: bool = False
 
     @property
     def memory(self) -> FilterMemory:
@@ -80,11 +79,6 @@ class QueueingModel:
         """The model's `wva-queueing-model-config` entry (the saturation ConfigMap does not decide this model)."""
         cfg, warnings = model.configmaps.queueing(model.model)
         return cfg, tuple(warnings)
-
-    def prepare(self, models: Sequence[tuple[ModelInput, QueueingConfig]], memory: Filters, now_s: float) -> Filters:
-        """Nothing is done for many models at once: the memory as it is."""
-        del models, now_s  # each model's analysis does all of its work
-        return memory
 
     def analyze(self, model: ModelInput, config: QueueingConfig, memory: Filters, now_s: float) -> Analysis[Filters]:
         learned, notes = remembered(model.views, memory)
