@@ -734,3 +734,22 @@ def test_learning_prepared_for_every_model_at_once_decides_as_each_model_alone(
         assert not any("preparing" in w for w in with_prepare.warnings)  # type: ignore[attr-defined]
     if warned:
         assert "RuntimeError: injected prepare bug" in failed[0]
+
+
+def test_an_unreadable_persisted_filter_is_noted_when_learning_is_prepared() -> None:
+    """After a restart the filters come from VA status, read once by `prepare`: one that cannot be read is noted on
+    its model's decisions (as when the model learns alone) and its variant learns afresh (a cold start)."""
+    from adapter.analyzers.predictive.analyzer import FILTER_SECTION
+
+    fleet = _learning_fleet()
+    for c in range(2):
+        fleet.cycle(T0 + STEP_S * c, _timed_pods(fleet, c))
+    key = VariantKey(NS, "llama-70b-a100")
+    status = fleet.statuses[key]
+    fleet.statuses[key] = type(status)(desired=status.desired, learned={**status.learned, FILTER_SECTION: {"x": 1}})
+    fleet.restart()
+    fleet.cycle(T0 + STEP_S * 2, _timed_pods(fleet, 2))
+    assert any("persisted filter state unreadable" in n for n in fleet.decision("llama-70b-a100").notes)
+    learned = fleet.state.memory(predictive.ANALYZER).filters
+    assert learned[key].accepted == 0  # started afresh from this cycle's pods
+    assert learned[VariantKey(NS, "llama-70b-l4")].accepted > 0  # read back from its status and updated

@@ -160,9 +160,12 @@ class ModelState:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """Steps 1–2 of one model as `Predictive.prepare` did them: its workload, and the outcome of each variant that
-    learns (by name; None where it had nothing to learn from)."""
+    """Steps 1–2 of one model as `Predictive.prepare` did them: its variants' filters as restored (`_restore_filters`,
+    with its notes), its workload, and the outcome of each variant that learns (by name; None where it had nothing
+    to learn from)."""
 
+    filters: Mapping[str, ekf.FilterState]
+    filter_notes: tuple[str, ...]
     observed: Observed
     outcomes: Mapping[str, ekf.Outcome | None]
 
@@ -277,20 +280,20 @@ class Predictive:
         of the shipped default costs is mostly this, and variant by variant it is ~10 model calls of 7 rows each
         (docs/benchmarks/scale.md). Each model's workload and outcomes reach `analyze` in
         `PredictiveMemory.prepared`."""
-        learners: list[tuple[ModelInput, Observed, list[str]]] = []
+        learners: list[tuple[ModelKey, dict[str, ekf.FilterState], list[str], Observed, list[str]]] = []
         jobs: list[tuple[ekf.FilterState | None, VariantLoad]] = []
         for model, config in models:
             names = [v.key.name for v in model.views if _learns(v, config)]
             if not names:
                 continue  # nothing to do at once: `analyze` observes the model itself
-            filters, _ = _restore_filters(model, memory)
+            filters, notes = _restore_filters(model, memory)
             observed = observe(model.views, model.pods)
-            learners.append((model, observed, names))
+            learners.append((model.model, filters, notes, observed, names))
             jobs.extend((filters.get(name), observed.variants[name]) for name in names)
         outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
         prepared = {
-            model.model: Prepared(observed, {name: next(outcomes) for name in names})
-            for model, observed, names in learners
+            key: Prepared(filters, tuple(notes), observed, {name: next(outcomes) for name in names})
+            for key, filters, notes, observed, names in learners
         }
         return replace(memory, prepared=prepared)
 
@@ -298,8 +301,9 @@ class Predictive:
         self, model: ModelInput, config: QueueingConfig, memory: PredictiveMemory, now_s: float
     ) -> Analysis[PredictiveMemory]:
         forecast_cfg = ForecastConfig(step_s=self.step_s, quantile=config.forecast_quantile)
-        state, filters, notes = _restore(model, memory, forecast_cfg)
-        cycle = _measure(model, config, state, filters, now_s, prepared=memory.prepared.get(model.model))
+        prepared = memory.prepared.get(model.model)
+        state, filters, notes = _restore(model, memory, forecast_cfg, prepared)
+        cycle = _measure(model, config, state, filters, now_s, prepared=prepared)
         notes.extend(cycle.notes)
         names = frozenset(v.key.name for v in model.views)
         update = PredictiveMemory(
@@ -337,9 +341,10 @@ class _Cycle:
 
 
 def _restore(
-    model: ModelInput, memory: PredictiveMemory, forecast_cfg: ForecastConfig
+    model: ModelInput, memory: PredictiveMemory, forecast_cfg: ForecastConfig, prepared: Prepared | None
 ) -> tuple[ModelState, dict[str, ekf.FilterState], list[str]]:
-    """Memory first; else what a previous leader persisted in VA status (the newest copy of the model state)."""
+    """Memory first; else what a previous leader persisted in VA status (the newest copy of the model state). The
+    filters as `prepare` restored them, when it did."""
     notes: list[str] = []
     state = memory.models.get(model.model)
     if state is not None and state.forecaster.config != forecast_cfg:
@@ -358,6 +363,8 @@ def _restore(
             if best is None or restored.saved_s > best.saved_s:
                 best = restored
         state = best or ModelState(Forecaster(forecast_cfg))
+    if prepared is not None:
+        return state, dict(prepared.filters), [*notes, *prepared.filter_notes]
     filters, filter_notes = _restore_filters(model, memory)
     return state, filters, [*notes, *filter_notes]
 
