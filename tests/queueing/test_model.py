@@ -3,6 +3,7 @@ the log-space solution, limits, λ* properties and input validation."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
@@ -697,3 +698,110 @@ def test_target_below_the_bounded_region(example, ttft, itl, param, label):
     assert "below the bounded region" in message
     assert f"target {ttft if param == 'ttft_ms' else itl:g} ms" in message
     assert f"minimum achievable {label} is {minimum:.6g} ms" in message
+
+
+# ---- λ* of many models in lockstep (`max_rates`) -----------------------------------------------------------------
+
+
+def _queries(seed: int, count: int) -> list[tuple[QueueModel, float, float]]:
+    """`count` random models with targets around their metrics at a random rate: some out of reach, some above the
+    range, one target or both, queues of 0 to 2,560 (near a ratio of 1 at the range's top), β = 0 and I = 0 rows."""
+    rng = np.random.default_rng(seed)
+    queries = []
+    while len(queries) < count:
+        k = len(queries)
+        qm = model(
+            alpha=float(rng.uniform(1, 80)),
+            beta=0.0 if k % 17 == 0 else float(rng.uniform(0, 0.5)),
+            gamma=float(rng.uniform(0, 1e-3)),
+            i=0.0 if k % 13 == 0 else float(rng.uniform(0, 8000)),
+            o=float(rng.choice([1.0, 2.5, 200.0, 1500.0])),
+            n=int(rng.choice([1, 2, 8, 64, 256])),
+            q=int(rng.choice([0, 10, 100, 2560])),
+        )
+        at = qm.analyze(qm.rate_range_rps.max_rps * float(rng.uniform(0.02, 0.99)))
+        ttft, itl = at.ttft_ms * float(rng.uniform(0.5, 2.0)), at.itl_ms * float(rng.uniform(0.5, 2.0))
+        queries.append((qm, 0.0 if k % 7 == 0 else ttft, 0.0 if k % 11 == 0 and k % 7 else itl))
+    return queries
+
+
+def _one_at_a_time(queries: list[tuple[QueueModel, float, float]]) -> list[object]:
+    answers: list[object] = []
+    for qm, ttft, itl in queries:
+        try:
+            answers.append(qm.max_rate(ttft, itl))
+        except (InvalidInput, ModelError) as error:
+            answers.append(error)
+    return answers
+
+
+@pytest.mark.parametrize("seed", [pytest.param(seed, id=f"seed-{seed}") for seed in range(4)])
+def test_lambda_star_in_lockstep_agrees_with_one_at_a_time(seed):
+    """Solved as arrays, λ* and the model there agree with `max_rate`'s to 1e-12 relative (the queue wait, the
+    difference of two times, to 1e-11 of TTFT), and every query that raises raises the same error for the same target
+    (a tie of the range's ends may name the other end's rate)."""
+    queries = _queries(seed, 300)
+    together = model_module.max_rates(queries)
+    kinds = set()
+    for alone, lockstep in zip(_one_at_a_time(queries), together, strict=True):
+        assert type(alone) is type(lockstep)
+        if isinstance(alone, Metrics):
+            assert isinstance(lockstep, Metrics)
+            for field in dataclasses.fields(Metrics):
+                if field.name != "wait_ms":
+                    assert getattr(lockstep, field.name) == pytest.approx(getattr(alone, field.name), rel=1e-12)
+            assert lockstep.wait_ms == pytest.approx(alone.wait_ms, abs=1e-11 * alone.ttft_ms)  # T − S: cancels
+            kinds.add("answer")
+        else:
+            assert getattr(alone, "param", None) == getattr(lockstep, "param", None)
+            kinds.add(type(alone).__name__)
+    assert kinds >= {"answer", "BeyondModel"}  # the fleet exercises both
+
+
+def test_a_query_in_lockstep_gets_the_same_answer_whatever_is_beside_it():
+    """Each query's answer is a function of that query alone, bit for bit, in any lockstep it is part of."""
+    queries = _queries(9, 120)
+    first = model_module.max_rates(queries)
+    again = model_module.max_rates(queries[::-1][:100])  # other neighbours, another order, fewer
+    for index, answer in zip(range(len(queries) - 1, len(queries) - 101, -1), again, strict=True):
+        if isinstance(answer, Metrics):
+            assert answer == first[index]
+        else:
+            assert str(answer) == str(first[index])
+
+
+def test_fewer_queries_than_the_lockstep_takes_are_searched_one_at_a_time():
+    """Below `LOCKSTEP_FROM` queries, `max_rates` is `max_rate` for each, bit for bit."""
+    queries = _queries(3, model_module.LOCKSTEP_FROM - 1)
+    for alone, together in zip(_one_at_a_time(queries), model_module.max_rates(queries), strict=True):
+        assert alone == together if isinstance(alone, Metrics) else str(alone) == str(together)
+
+
+@given(qm=models, f=st.floats(min_value=0.02, max_value=1.0), which=st.sampled_from([0, 1]))
+@settings(max_examples=150, deadline=None)
+def test_brent_on_arrays_is_brent_one_at_a_time_when_solved_alike(qm, f, which):
+    """`_roots` does `_root`'s operations in the same order on arrays: given the same scalar solves it returns
+    exactly what `_root` returns, rate and model, from the rate range's two ends."""
+    lo, hi = qm.rate_range_rps
+    low, high = (lo, qm._solved_at(lo)), (hi, qm._solved_at(hi))
+    target = qm._solved_at(lo + f * (hi - lo))[which]
+    if not low[1][which] < target < high[1][which]:
+        return  # `_root` is asked only for a metric that rises across its target
+    query = model_module._Root(which, target, low, high)
+    alone = model_module._root(query, qm._solved_at)
+
+    def solve_rows(which_rows, rates):
+        return np.array([qm._solved_at(rate) for rate in rates.tolist()]).reshape(-1, 5)
+
+    assert model_module._roots([query, query], solve_rows) == [alone, alone]
+
+
+@pytest.mark.parametrize("terms", [pytest.param(t, id=f"q-{t}") for t in (1, 2, 100, 1024)])
+def test_a_queue_near_a_ratio_of_one_summed_on_arrays(terms):
+    """`_geometric_rows` sums the rows within 1/Q of a ratio of 1 term by term, as `_geometric` does, beside rows
+    in closed form."""
+    y = np.array([-0.9 / terms, -1e-9, 0.0, -5.0 / terms, -3.0])
+    g, g1 = model_module._geometric_rows(y, np.full(len(y), float(terms)))
+    for k, value in enumerate(y.tolist()):
+        expected = model_module._geometric(value, terms)
+        assert (g[k], g1[k]) == pytest.approx(expected, rel=1e-12)

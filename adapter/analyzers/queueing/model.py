@@ -64,7 +64,8 @@ Differences from upstream, on purpose:
   Results agree with summing every state to 1e-9 relative or better (tests/queueing/test_model.py, hypothesis);
   at the lowest rates both lose digits in ITL = (S − prefill)/O. `analyze_rows` solves many (parameters,
   request, rate, N, Q) rows in one call without raising, as arrays (the same steps; ~0.6 µs a row), for the
-  EKF's Jacobian and fit over many variants at once; `_solve_chain` solves one rate at a time for λ*.
+  EKF's Jacobian and fit over many variants at once; `_solve_chain` solves one rate at a time for `max_rate`, and
+  `max_rates` runs many λ* searches in lockstep on arrays (`_Solver`, `_roots`).
 * λ* by Brent's method (`_root`) where upstream bisects: the same stopping rule (the metric within 1e-6 of the
   target), reached in 4–11 solves a target instead of 19–23 on the tests' targets (the worked example: 12 solves
   for both targets and the range's ends, 44 bisecting). Rates can differ within the tolerance's width (1e-6 on
@@ -96,7 +97,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -509,7 +510,8 @@ def _analyze_arrays(table: npt.NDArray[np.float64], out: npt.NDArray[np.float64]
         closed = valid & (b > 0) & (a <= NB_MAX_SHAPE * b) & ((q == 0) | (np.abs(log_r) * q >= 1.0))
         if closed.any():
             columns = _Columns(alpha, beta, gamma, i, o, n, q, a, b, delta, lam, log_r)
-            out[closed, :3] = np.column_stack(_solve_rows(_Columns(*(c[closed] for c in columns))))
+            solved = _solve_rows(_Columns(*(c[closed] for c in columns)))
+            out[closed, :3] = np.column_stack((solved.ttft_ms, solved.itl_ms, solved.wait_ms))
     for index in np.flatnonzero(valid & ~closed).tolist():
         out[index, :3] = _analyze_row(table[index].tolist())
 
@@ -570,12 +572,26 @@ def _negligible_tails(r: Array, k: Array, x: Array) -> npt.NDArray[np.bool_]:
     return np.asarray((k * (1.0 - x) > r * x) & (bound < _NEGLIGIBLE_LOG), dtype=np.bool_)
 
 
+ROWS_TERM_BY_TERM = 1024
+"""`_geometric_rows` sums a queue near a ratio of 1 term by term on arrays up to this many states (a row of Q
+exponentials each); `_solve_many` leaves longer ones to the scalar solve."""
+
+
 def _geometric_rows(y: Array, terms: Array) -> tuple[Array, Array]:
-    """`_geometric`'s closed form for arrays (every |Q·y| ≥ 1 here: `analyze_rows` solves the others one by one)."""
-    g = np.expm1(terms * y) / np.expm1(y)
-    first = np.where(-y < _EXP_LIMIT, 1.0 / np.expm1(-y), 0.0)
-    last = np.where(-terms * y < _EXP_LIMIT, terms / np.expm1(-terms * y), 0.0)
-    return g, g * (first - last)
+    """`_geometric` for arrays: the closed form, and term by term where |Q·y| < 1, the rows of one Q together as a
+    matrix of Q exponentials a row (`analyze_rows` passes none of those: it solves them one by one)."""
+    with np.errstate(all="ignore"):  # 0/0 where y = 0: those rows are near, summed below
+        g = np.expm1(terms * y) / np.expm1(y)
+        first = np.where(-y < _EXP_LIMIT, 1.0 / np.expm1(-y), 0.0)
+        last = np.where(-terms * y < _EXP_LIMIT, terms / np.expm1(-terms * y), 0.0)
+        g1 = g * (first - last)
+    near = np.abs(y) * terms < 1.0
+    for count in np.unique(terms[near]).tolist():
+        rows = near & (terms == count)
+        k = np.arange(int(count), dtype=np.float64)
+        e = np.exp(np.multiply.outer(y[rows], k))
+        g[rows], g1[rows] = e.sum(axis=1), e @ k
+    return g, g1
 
 
 class _Columns(NamedTuple):
@@ -596,9 +612,20 @@ class _Columns(NamedTuple):
     log_r: Array
 
 
-def _solve_rows(c: _Columns) -> tuple[Array, Array, Array]:
+class _SolvedRows(NamedTuple):
+    """`_Solved` for many rows: one array a field, in `_Solved`'s order."""
+
+    ttft_ms: Array
+    itl_ms: Array
+    in_servers: Array
+    wait_ms: Array
+    throughput_per_ms: Array
+
+
+def _solve_rows(c: _Columns) -> _SolvedRows:
     """`_solve_chain` for rows whose head has its closed form (b > 0, a/b ≤ `NB_MAX_SHAPE`) and whose queue has no
-    state or a ratio at least 1/Q away from 1 in log: (TTFT, ITL, W) per row, the same equations step for step."""
+    state, a ratio at least 1/Q away from 1 in log, or at most `ROWS_TERM_BY_TERM` states: the same equations step
+    for step."""
     lam, n, q, log_r = c.lam, c.n, c.q, c.log_r
     x, r = lam * c.b, c.a / c.b + 1.0
     log_w_n = _log_rising_rows(r, n) - special.gammaln(n + 1.0) + n * np.log(x) + r * np.log1p(-x)
@@ -627,24 +654,25 @@ def _solve_rows(c: _Columns) -> tuple[Array, Array, Array]:
     wait = np.maximum(mean_in_system / throughput - service, 0.0)
     prefill = (c.alpha + in_servers * c.delta + (c.beta + c.gamma) * c.i) * (c.i != 0)
     itl = (service - prefill) / c.o
-    return wait + prefill + itl, itl, wait
-
-
-def _ttft(solved: _Solved) -> float:
-    return solved.ttft_ms
-
-
-def _itl(solved: _Solved) -> float:
-    return solved.itl_ms
+    return _SolvedRows(wait + prefill + itl, itl, in_servers, wait, throughput)
 
 
 class _Target(NamedTuple):
-    """One target of `max_rate`: its parameter name and label (for errors), its value in ms, the metric it bounds."""
+    """One target of `max_rate`: its parameter name and label (for errors), its value in ms, and the metric it bounds
+    as its index in `_Solved` (0 TTFT, 1 ITL)."""
 
     param: str
     label: str
     ms: float
-    pick: Callable[[_Solved], float]
+    column: int
+
+    def of(self, solved: _Solved) -> float:
+        """The metric this target bounds, in the model as solved at some rate."""
+        return solved[self.column]
+
+
+TTFT, ITL = 0, 1
+"""`_Solved`'s columns of the two metrics λ* bounds."""
 
 
 def _close(y: float, target: float) -> bool:
@@ -652,15 +680,43 @@ def _close(y: float, target: float) -> bool:
     return y == target or abs((y - target) / target) <= TOLERANCE
 
 
-def _root(
-    solve: Callable[[float], _Solved],
-    pick: Callable[[_Solved], float],
-    target: float,
-    low: tuple[float, _Solved],
-    high: tuple[float, _Solved],
-) -> tuple[float, _Solved]:
-    """The rate in (low, high) where the rising metric `pick(solve(rate))` meets `target` within `TOLERANCE`, and
-    the model solved there; `low` is below the target, `high` above.
+class _Root(NamedTuple):
+    """A root search a λ* search asks for: where the metric in `column` meets `target`, between the range's ends."""
+
+    column: int
+    target: float
+    low: tuple[float, _Solved]
+    high: tuple[float, _Solved]
+
+
+Search = Generator["tuple[float, ...] | _Root", Any, "Metrics"]
+_Found = Generator["tuple[float, ...] | _Root", Any, tuple[float, "_Solved"]]
+"""One target's part of a `Search`: its λ* and the model solved there."""
+"""A λ* search as a coroutine. It yields what it needs: rates to solve (it is sent the model solved at each, in
+order) or a root search (it is sent the root's rate and the model solved there); it returns the metrics at λ*.
+`QueueModel.max_rate` answers one search's asks with scalar solves and `_root`; `max_rates` answers the asks of many
+searches in lockstep, each step's rates as one array call (`_solve_many`) and its roots together (`_roots`)."""
+
+
+def _drive(search: Search, solve: Callable[[float], _Solved]) -> Metrics:
+    """One search run to its answer, each rate it asks for solved by `solve`, each root found by `_root`."""
+    try:
+        ask = next(search)
+        while True:
+            ask = search.send(_root(ask, solve) if isinstance(ask, _Root) else tuple(solve(rate) for rate in ask))
+    except StopIteration as done:
+        answer: Metrics = done.value
+        return answer
+
+
+def _g(y: float, target: float) -> float:
+    """Brent's function of a metric: ln(metric/target); no metric is ≤ 0 (if one were, it is far below)."""
+    return math.log(y / target) if y > 0 else -_EXP_LIMIT
+
+
+def _root(query: _Root, solve: Callable[[float], _Solved]) -> tuple[float, _Solved]:
+    """The rate in (low, high) where the rising metric (`query.column` of the model solved at that rate) meets
+    `query.target` within `TOLERANCE`, and the model solved there; `low` is below the target, `high` above.
 
     Brent's method (Brent 1973, as Numerical Recipes' zbrent and scipy's brentq) on g(rate) = ln(metric/target):
     inverse quadratic interpolation through the last three points, or the secant through two, where it lands well
@@ -669,16 +725,13 @@ def _root(
     interpolation is accepted there too. Stops at the first rate whose metric is within tolerance, as upstream's
     bisection does (the same acceptance rule: rates can differ within the tolerance's width), after 4–11 solves
     where bisection takes 19–23 (tests/queueing/test_model.py). Example: the module docstring's model, ITL target
-    100 ms: λ* = 11.9650 req/s in 5 solves besides the range's ends."""
-
-    def g(solved: _Solved) -> float:
-        y = pick(solved)
-        return math.log(y / target) if y > 0 else -_EXP_LIMIT  # no metric is ≤ 0; if one were, it is far below
-
+    100 ms: λ* = 11.9650 req/s in 5 solves besides the range's ends. `_roots` is the same search for many models
+    at once, step for step."""
+    column, target, low, high = query
     # Brent's names: a, b, c are (rate, model, g) with b the best guess, c across the root from b, a the previous
     # b; `step` is the last step taken and `previous` the one before it (an interpolation must halve it).
-    a = (low[0], low[1], g(low[1]))
-    b = (high[0], high[1], g(high[1]))
+    a = (low[0], low[1], _g(low[1][column], target))
+    b = (high[0], high[1], _g(high[1][column], target))
     c = a
     step = previous = b[0] - a[0]
     for _ in range(MAX_ITERATIONS):
@@ -710,18 +763,139 @@ def _root(
         a = b
         rate = b[0] + (step if abs(step) > tol else math.copysign(tol, half))
         solved = solve(rate)
-        if _close(pick(solved), target):
+        if _close(solved[column], target):
             return rate, solved
-        b = (rate, solved, g(solved))
+        b = (rate, solved, _g(solved[column], target))
     return b[0], b[1]
+
+
+class _Brent(NamedTuple):
+    """`_root`'s state for many searches, one element each: which query, its metric's column and target, Brent's
+    a, b, c (rate, model solved there as a `_Solved` row, g) and the last two steps."""
+
+    query: npt.NDArray[np.int64]
+    column: npt.NDArray[np.int64]
+    target: Array
+    a_rate: Array
+    a_model: Array
+    a_g: Array
+    b_rate: Array
+    b_model: Array
+    b_g: Array
+    c_rate: Array
+    c_model: Array
+    c_g: Array
+    step: Array
+    previous: Array
+
+    def keep(self, mask: npt.NDArray[np.bool_]) -> _Brent:
+        return _Brent._make(x[mask] for x in self)
+
+    def bracketed(self) -> _Brent:
+        """`_root`'s first two lines of a step: c across the root from b, then b the best guess."""
+        flip, flip2 = (self.b_g > 0) == (self.c_g > 0), ((self.b_g > 0) == (self.c_g > 0))[:, None]
+        span = self.b_rate - self.a_rate
+        c_rate, c_model, c_g = (np.where(flip, self.a_rate, self.c_rate), np.where(flip2, self.a_model, self.c_model),
+                                np.where(flip, self.a_g, self.c_g))  # fmt: skip
+        step, previous = np.where(flip, span, self.step), np.where(flip, span, self.previous)
+        swap = np.abs(c_g) < np.abs(self.b_g)
+        swap2 = swap[:, None]
+        return self._replace(  # a, b, c = b, c, b where swapped
+            a_rate=np.where(swap, self.b_rate, self.a_rate),
+            a_model=np.where(swap2, self.b_model, self.a_model),
+            a_g=np.where(swap, self.b_g, self.a_g),
+            b_rate=np.where(swap, c_rate, self.b_rate),
+            b_model=np.where(swap2, c_model, self.b_model),
+            b_g=np.where(swap, c_g, self.b_g),
+            c_rate=np.where(swap, self.b_rate, c_rate),
+            c_model=np.where(swap2, self.b_model, c_model),
+            c_g=np.where(swap, self.b_g, c_g),
+            step=step,
+            previous=previous,
+        )
+
+    def stepped(self, tol: Array, half: Array) -> tuple[_Brent, Array]:
+        """`_root`'s interpolation or bisection: the state with a = b and the next rate to solve."""
+        a_g, b_g, c_g, previous = self.a_g, self.b_g, self.c_g, self.previous
+        s = b_g / a_g
+        secant = self.a_rate == self.c_rate
+        q_ac, r_bc = a_g / c_g, b_g / c_g
+        p = np.where(
+            secant,
+            2.0 * half * s,
+            s * (2.0 * half * q_ac * (q_ac - r_bc) - (self.b_rate - self.a_rate) * (r_bc - 1.0)),
+        )
+        q = np.where(secant, 1.0 - s, (q_ac - 1.0) * (r_bc - 1.0) * (s - 1.0))
+        q = np.where(p > 0, -q, q)
+        p = np.abs(p)
+        interpolate = (np.abs(previous) >= tol) & (np.abs(a_g) > np.abs(b_g))
+        interpolate &= 2.0 * p < np.minimum(3.0 * half * q - np.abs(tol * q), np.abs(previous * q))
+        step = np.where(interpolate, p / q, half)
+        rate = self.b_rate + np.where(np.abs(step) > tol, step, np.copysign(tol, half))
+        moved = self._replace(
+            a_rate=self.b_rate,
+            a_model=self.b_model,
+            a_g=b_g,
+            step=step,
+            previous=np.where(interpolate, self.step, half),
+        )
+        return moved, rate
+
+
+def _roots(queries: Sequence[_Root], solve_rows: Callable[[IntArray, Array], Array]) -> list[tuple[float, _Solved]]:
+    """`_root` of many queries at once, step for step: every operation of `_root` on arrays, one element a query
+    (the same IEEE operations in the same order, g by `math.log`), so that, solved alike, each query gets exactly
+    what `_root` gives it (tests/queueing/test_model.py). A query leaves the arrays with its answer.
+    `solve_rows(which, rates)` is query `which[k]` solved at `rates[k]`: an (m, 5) array of `_Solved` rows."""
+    found: list[tuple[float, _Solved]] = []
+    if not queries:
+        return found
+    found = [(q.high[0], q.high[1]) for q in queries]
+    column = np.array([q.column for q in queries])
+    target = np.array([q.target for q in queries])
+    low_model, high_model = np.array([q.low[1] for q in queries]), np.array([q.high[1] for q in queries])
+    rows = np.arange(len(queries))
+    low_g, high_g = _gs(low_model[rows, column], target), _gs(high_model[rows, column], target)
+    low_rate, high_rate = np.array([q.low[0] for q in queries]), np.array([q.high[0] for q in queries])
+    span = high_rate - low_rate
+    brent = _Brent(rows, column, target, low_rate, low_model, low_g, high_rate, high_model, high_g,
+                   low_rate, low_model, low_g, span, span)  # fmt: skip
+    with np.errstate(all="ignore"):
+        for _ in range(MAX_ITERATIONS):
+            if not len(brent.query):
+                break
+            brent = brent.bracketed()
+            tol = 2.0 * _RATE_EPS * np.abs(brent.b_rate)
+            half = 0.5 * (brent.c_rate - brent.b_rate)
+            done = np.abs(half) <= tol
+            _record(found, brent.query[done], brent.b_rate[done], brent.b_model[done])
+            brent, rate = brent.stepped(tol, half)
+            brent, rate = brent.keep(~done), rate[~done]
+            solved = solve_rows(brent.query, rate)
+            y = solved[np.arange(len(rate)), brent.column]
+            met = (y == brent.target) | (np.abs((y - brent.target) / brent.target) <= TOLERANCE)
+            _record(found, brent.query[met], rate[met], solved[met])
+            brent = brent._replace(b_rate=rate, b_model=solved, b_g=_gs(y, brent.target)).keep(~met)
+    _record(found, brent.query, brent.b_rate, brent.b_model)  # the steps ran out: the best guess
+    return found
+
+
+def _record(found: list[tuple[float, _Solved]], which: npt.NDArray[np.int64], rates: Array, models: Array) -> None:
+    for index, rate, row in zip(which.tolist(), rates.tolist(), models.tolist(), strict=True):
+        found[index] = (rate, _Solved(*row))
+
+
+def _gs(y: Array, target: Array) -> Array:
+    """`_g` of each metric against its target, by `math.log` as `_root` computes it."""
+    return np.array([_g(v, t) for v, t in zip(y.tolist(), target.tolist(), strict=True)], dtype=np.float64)
 
 
 def _unreachable(goal: _Target, low: tuple[float, _Solved], high: tuple[float, _Solved]) -> BeyondModel | None:
     """The error when no rate of the range meets `goal`: its target below the metric at every rate, which the range's
     ends tell (the metric rises with the rate, or where it falls the highest rate is its least); else None."""
-    param, label, target, pick = goal
+    param, label, target, _ = goal
     (lo, at_lo), (hi, at_hi) = low, high
-    y_lo, y_hi = pick(at_lo), pick(at_hi)
+    y_lo, y_hi = goal.of(at_lo), goal.of(at_hi)
     if _close(y_lo, target) or _close(y_hi, target):
         return None
     rate, least = (hi, y_hi) if y_hi < y_lo else (lo, y_lo)
@@ -760,7 +934,7 @@ def _search_order(goals: Sequence[_Target], low: tuple[float, _Solved], high: tu
 
 def _met(goal: _Target, solved: _Solved) -> bool:
     """Whether the model solved at some rate meets `goal`'s target (within `TOLERANCE`)."""
-    value = goal.pick(solved)
+    value = goal.of(solved)
     return value <= goal.ms or _close(value, goal.ms)
 
 
@@ -835,34 +1009,35 @@ class QueueModel:
     def _solved_at(self, rate_rps: float) -> _Solved:
         return _solve_chain(rate_rps / 1000.0, self._chain, self._work)
 
-    def _largest_rate_for(
-        self, goal: _Target, low: tuple[float, _Solved], high: tuple[float, _Solved]
-    ) -> tuple[float, _Solved]:
+    def _largest_rate_for(self, goal: _Target, low: tuple[float, _Solved], high: tuple[float, _Solved]) -> _Found:
         """λ* for one target and the model solved there: `low` and `high` are the rate range's ends, solved once for
         both targets. The metric rises with the rate (TTFT always, ITL nearly always: module docstring) or, where
         it falls, the highest rate is the answer or nothing is."""
-        _, _, target, pick = goal
-        y_lo, y_hi = pick(low[1]), pick(high[1])
-        if _close(y_lo, target):
+        y_lo, y_hi = goal.of(low[1]), goal.of(high[1])
+        if _close(y_lo, goal.ms):
             return low
-        if _close(y_hi, target) or y_hi < y_lo or target > y_hi:
+        if _close(y_hi, goal.ms) or y_hi < y_lo or goal.ms > y_hi:
             # y_hi < y_lo: the metric falls as the rate rises (ITL with O < 3 or a batch of one, or flat within
             # rounding, e.g. β = γ = 0): the highest rate is the best (`_unreachable` has said that it meets it).
             return high
-        return _root(self._solved_at, pick, target, low, high)
+        found: tuple[float, _Solved] = yield _Root(goal.column, goal.ms, low, high)
+        return found
 
     def max_rate(self, ttft_ms: float, itl_ms: float) -> Metrics:
         """The metrics at λ*, the largest rate meeting both targets (ms; 0 = unconstrained; not both 0)."""
+        return _drive(self._search(ttft_ms, itl_ms), self._solved_at)
+
+    def _search(self, ttft_ms: float, itl_ms: float) -> Search:
+        """`max_rate` as a search (`Search`): the range's ends in one ask, then a root search a target."""
         ttft = _check_min("ttft_ms", ttft_ms, 0.0, strict=False)
         itl = _check_min("itl_ms", itl_ms, 0.0, strict=False)
         if ttft == 0 and itl == 0:
             raise InvalidInput("targets", "must constrain something: ttft_ms and itl_ms are both 0 (unconstrained)")
         lo, hi = self._range
-        low, high = (lo, self._solved_at(lo)), (hi, self._solved_at(hi))
+        at_lo, at_hi = yield (lo, hi)
+        low, high = (lo, at_lo), (hi, at_hi)
         goals = [
-            goal
-            for goal in (_Target("ttft_ms", "TTFT", ttft, _ttft), _Target("itl_ms", "ITL", itl, _itl))
-            if goal.ms > 0
+            goal for goal in (_Target("ttft_ms", "TTFT", ttft, TTFT), _Target("itl_ms", "ITL", itl, ITL)) if goal.ms > 0
         ]
         for goal in goals:  # TTFT, then ITL: the first target out of reach is the error
             if (error := _unreachable(goal, low, high)) is not None:
@@ -871,7 +1046,7 @@ class QueueModel:
         for goal in _search_order(goals, low, high):
             if best is not high and _met(goal, best[1]):
                 continue  # met at the other target's λ*, which is therefore the lower: nothing to search
-            found = self._largest_rate_for(goal, low, high)
+            found = yield from self._largest_rate_for(goal, low, high)
             best = found if found[0] < best[0] else best
         rate, solved = best
         for goal in goals:
@@ -881,7 +1056,94 @@ class QueueModel:
                 raise BeyondModel(
                     goal.param,
                     f"no rate meets both targets: at {rate:.6g} req/s, the most the other target allows, {goal.label} "
-                    f"is {goal.pick(solved):.6g} ms against {goal.ms:g} ms, and {goal.label} only falls as the rate "
+                    f"is {goal.of(solved):.6g} ms against {goal.ms:g} ms, and {goal.label} only falls as the rate "
                     "rises",
                 )
         return self._metrics(rate, solved)
+
+
+LOCKSTEP_FROM = 16
+"""`max_rates` searches in lockstep from this many queries; fewer are searched one by one (`max_rate`), where the
+array calls' fixed cost (~150 µs a step for ~12 steps) exceeds ~60 µs a search."""
+
+
+def max_rates(queries: Sequence[tuple[QueueModel, float, float]]) -> list[Metrics | InvalidInput | ModelError]:
+    """`model.max_rate(ttft_ms, itl_ms)` of each (model, ttft_ms, itl_ms): its answer, or the error it raises.
+
+    From `LOCKSTEP_FROM` queries the searches run in lockstep: each step gathers what every unfinished search asks
+    for, solves the rates as rows of one array call (`_solve_many`: ~0.5 µs a row against ~9 µs a scalar solve) and
+    runs the root searches together (`_roots`, Brent's steps on arrays). The answers then differ from `max_rate`'s
+    in the solves' last bits only (numpy's vectorised log and exp round differently from libm's): λ* agrees to
+    ~1e-13 relative, and where a range's two ends tie within that the error names the other end. A query's answer
+    does not depend on the queries beside it once in lockstep (tests/queueing/test_model.py). An error other than
+    the model's own (an `ArithmeticError` of a degenerate solve) propagates, as from `max_rate`."""
+    answers: list[Metrics | InvalidInput | ModelError] = []
+    if len(queries) < LOCKSTEP_FROM:
+        for model, ttft_ms, itl_ms in queries:
+            try:
+                answers.append(model.max_rate(ttft_ms, itl_ms))
+            except (InvalidInput, ModelError) as error:
+                answers.append(error)
+        return answers
+    answers = [ModelError("not searched")] * len(queries)
+    asking: list[tuple[int, Search, tuple[float, ...] | _Root]] = []
+
+    def send(index: int, search: Search, answer: Any) -> None:
+        try:
+            ask = next(search) if answer is None else search.send(answer)
+        except StopIteration as done:
+            answers[index] = done.value
+        except (InvalidInput, ModelError) as error:
+            answers[index] = error
+        else:
+            asking.append((index, search, ask))
+
+    for index, (model, ttft_ms, itl_ms) in enumerate(queries):
+        send(index, model._search(ttft_ms, itl_ms), None)
+    solver = _Solver([model for model, _, _ in queries])
+    while asking:
+        step, asking = asking, []
+        rates = [(index, search, ask) for index, search, ask in step if not isinstance(ask, _Root)]
+        roots = [(index, search, ask) for index, search, ask in step if isinstance(ask, _Root)]
+        which = np.array([index for index, _, ask in rates for _ in ask], dtype=np.int64)
+        rows = solver.solve(which, np.array([rate for _, _, ask in rates for rate in ask])).tolist()
+        at = 0
+        for index, search, ask in rates:
+            send(index, search, tuple(_Solved(*row) for row in rows[at : at + len(ask)]))
+            at += len(ask)
+        rooted = np.array([index for index, _, _ in roots], dtype=np.int64)
+
+        def solve_rooted(k: IntArray, at_rps: Array, rooted: IntArray = rooted) -> Array:
+            return solver.solve(rooted[k], at_rps)
+
+        found = _roots([ask for _, _, ask in roots], solve_rooted)
+        for (index, search, _), answer in zip(roots, found, strict=True):
+            send(index, search, answer)
+    return answers
+
+
+class _Solver:
+    """Many models solved as arrays: their service terms as one table, a row a model (α, β, γ, I, O, then the
+    chain's a, b, N, Q, ln μ_N), built once for all the steps of `max_rates`."""
+
+    def __init__(self, models: Sequence[QueueModel]) -> None:
+        self._models = models
+        self._table = np.array([(*model._work, *model._chain) for model in models], dtype=np.float64).reshape(-1, 10)
+
+    def solve(self, which: IntArray, rates_rps: Array) -> Array:
+        """Model `which[k]` solved at `rates_rps[k]` (within its range), as `QueueModel._solved_at`: an (m, 5) array
+        of `_Solved` rows. Rows outside `_solve_rows`' closed forms, or whose array answer is not finite, are solved
+        by `_solve_chain` (which raises where it must)."""
+        out = np.full((len(which), 5), np.nan)
+        alpha, beta, gamma, i, o, a, b, n, q, log_mu_top = self._table[which].T
+        lam = rates_rps / 1000.0
+        with np.errstate(all="ignore"):
+            log_r = np.log(lam) - log_mu_top
+            closed = (b > 0) & (a <= NB_MAX_SHAPE * b) & ((q <= ROWS_TERM_BY_TERM) | (np.abs(log_r) * q >= 1.0))
+            if closed.any():
+                delta = beta * (i + o) / (o + 1.0) + gamma * (i + o / 2.0)
+                columns = _Columns(alpha, beta, gamma, i, o, n, q, a, b, delta, lam, log_r)
+                out[closed] = np.column_stack(_solve_rows(_Columns(*(c[closed] for c in columns))))
+        for k in np.flatnonzero(~np.isfinite(out).all(axis=1)).tolist():
+            out[k] = self._models[which[k]]._solved_at(float(rates_rps[k]))
+        return out
