@@ -1,9 +1,10 @@
 """The predictive, attainment-aware analyzer (issue 18): capacity for the demand a startup ahead, sized for the
 per-request SLO and corrected by the attainment actually delivered.
 
-Per model, each cycle (read from the top):
+Per model, each cycle (read from the top; `Predictive.prepare` does the restore, steps 1–2 and step 7's λ* for
+every model of the fleet at once, `_prepare`, and `Predictive.analyze` the rest, `_measure`):
 
-    Predictive.analyze
+    Predictive.prepare / analyze
       restore           the model's state (forecaster, controller, request size, startup samples) from memory,
                         else from VA status (`learned.predictive`, the newest copy among its VAs); each variant's
                         (α, β, γ) filter from memory, else `learned.queueingModel` (shared with the plain queueing
@@ -11,7 +12,7 @@ Per model, each cycle (read from the top):
       measure
         1. workload.observe   Σλ (arrival rate of the busy pods) and the arrival-weighted request size
         2. ekf.learn          each variant without a profile: its filter takes one observation per busy pod
-                              (done for every model of a block at once, in lockstep, by `Predictive.prepare`)
+                              (every variant of the fleet in one lockstep, `ekf.learn_many`)
         3. backlog            B = Σ waiting requests of the pods + the EPP queue
         4. forecast           the forecaster takes Σλ; its peak over [now, now + lead] (forecast.py), lead = the
                               largest p90 startup of the model's variants (learned from their pods; before 10
@@ -22,7 +23,8 @@ Per model, each cycle (read from the top):
                               with `sloAttainmentTarget` and moves H
         7. capacity           per variant c_v = λ*(tightened targets) / H (capacity.py), with its accelerator's
                               profile (`acceleratorProfiles`), else its learned parameters, else unknown (a
-                              zero-capacity placeholder: never chosen)
+                              zero-capacity placeholder: never chosen); λ* of every variant of the fleet in one
+                              lockstep (`per_replica_rps`, `max_rates`)
         8. signal             supply = Σ ready_v·c_v, anticipated = Σ current_v·c_v
                               required = max(0, D − anticipated)
                               spare    = max(0, supply − held·(1 + SPARE_MARGIN)),
@@ -65,18 +67,18 @@ import statistics
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from adapter.analyzers import memory as state_json
 from adapter.analyzers.predictive.attainment import CYCLE_S, Controller
-from adapter.analyzers.predictive.capacity import Targets, chunk_advice, per_replica_rps, tightened
+from adapter.analyzers.predictive.capacity import ReplicaQuery, Targets, chunk_advice, per_replica_rps, tightened
 from adapter.analyzers.predictive.forecast import ForecastConfig, Forecaster
 from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.analyzer import LEARNED_SECTION as FILTER_SECTION
 from adapter.analyzers.queueing.model import RequestSize, ServiceParams
 from adapter.analyzers.queueing.slo import Slo, resolve_slo
-from adapter.analyzers.queueing.workload import Observed, VariantLoad, observe, usable
+from adapter.analyzers.queueing.workload import Observed, observe, usable
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply, supply_of
@@ -160,14 +162,20 @@ class ModelState:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """Steps 1–2 of one model as `Predictive.prepare` did them: its variants' filters as restored (`_restore_filters`,
-    with its notes), its workload, and the outcome of each variant that learns (by name; None where it had nothing
-    to learn from)."""
+    """What `prepare` does for every model at once, one model's part: its state and filters as restored (memory,
+    else VA status, with `restore_notes`), its workload (step 1), its variants' filters after this cycle's
+    observations (step 2, with `learn_notes`), each variant's parameters and source, the SLO, the request size,
+    and each variant's λ* at the tightened targets (step 7; all 0 without an SLO or a size)."""
 
-    filters: Mapping[str, ekf.FilterState]
-    filter_notes: tuple[str, ...]
+    state: ModelState
+    restore_notes: tuple[str, ...]
     observed: Observed
-    outcomes: Mapping[str, ekf.Outcome | None]
+    learned: Mapping[str, ekf.FilterState]
+    learn_notes: tuple[str, ...]
+    params: Mapping[str, tuple[ServiceParams | None, str]]
+    slo: Slo | None
+    size: RequestSize | None
+    at_slo: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +187,9 @@ class PredictiveMemory:
     variants: Mapping[ModelKey, frozenset[str]] = field(default_factory=dict)
     """The VAs of each remembered model (a model is forgotten when none of them is decided)."""
     prepared: Mapping[ModelKey, Prepared] = field(default_factory=dict)
-    """This cycle's steps 1–2, done for every model at once by `Predictive.prepare` (a model missing here does them
-    in its `analyze`). Only in the memory the analyses get: never persisted, never carried to the next cycle
-    (`MemoryKeeper.next` starts from the engine state's memory)."""
+    """This cycle's restore, steps 1–2 and λ*, done for every model at once by `Predictive.prepare` (a model missing
+    here does them alone in its `analyze`). Only in the memory the analyses get: never persisted, never carried to
+    the next cycle (`MemoryKeeper.next` starts from the engine state's memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,35 +284,20 @@ class Predictive:
     def prepare(
         self, models: Sequence[tuple[ModelInput, QueueingConfig]], memory: PredictiveMemory, now_s: float
     ) -> PredictiveMemory:
-        """Step 2 for every variant that learns, of every model, in one lockstep (`ekf.learn_many`): what a cycle
-        of the shipped default costs is mostly this, and variant by variant it is ~10 model calls of 7 rows each
-        (docs/benchmarks/scale.md). Each model's workload and outcomes reach `analyze` in
-        `PredictiveMemory.prepared`."""
-        learners: list[tuple[ModelKey, dict[str, ekf.FilterState], list[str], Observed, list[str]]] = []
-        jobs: list[tuple[ekf.FilterState | None, VariantLoad]] = []
-        for model, config in models:
-            names = [v.key.name for v in model.views if _learns(v, config)]
-            if not names:
-                continue  # nothing to do at once: `analyze` observes the model itself
-            filters, notes = _restore_filters(model, memory)
-            observed = observe(model.views, model.pods)
-            learners.append((model.model, filters, notes, observed, names))
-            jobs.extend((filters.get(name), observed.variants[name]) for name in names)
-        outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
-        prepared = {
-            key: Prepared(filters, tuple(notes), observed, {name: next(outcomes) for name in names})
-            for key, filters, notes, observed, names in learners
-        }
-        return replace(memory, prepared=prepared)
+        """The restore, steps 1–2 and λ* of every model at once (`_prepare`): the filters of every variant that
+        learns in one lockstep (`ekf.learn_many`), every variant's λ* in another (`per_replica_rps`); one by one
+        they are most of what a cycle of the shipped default costs (docs/benchmarks/scale.md). Each model's part
+        reaches its `analyze` in `PredictiveMemory.prepared`."""
+        return replace(memory, prepared=_prepare(models, memory, now_s, step_s=self.step_s))
 
     def analyze(
         self, model: ModelInput, config: QueueingConfig, memory: PredictiveMemory, now_s: float
     ) -> Analysis[PredictiveMemory]:
-        forecast_cfg = ForecastConfig(step_s=self.step_s, quantile=config.forecast_quantile)
         prepared = memory.prepared.get(model.model)
-        state, filters, notes = _restore(model, memory, forecast_cfg, prepared)
-        cycle = _measure(model, config, state, filters, now_s, prepared=prepared)
-        notes.extend(cycle.notes)
+        if prepared is None:  # `prepare` was not called, or failed: the same steps for this model alone
+            prepared = _prepare([(model, config)], memory, now_s, step_s=self.step_s)[model.model]
+        cycle = _measure(model, config, prepared, now_s)
+        notes = [*prepared.restore_notes, *cycle.notes]
         names = frozenset(v.key.name for v in model.views)
         update = PredictiveMemory(
             {model.model: cycle.state},
@@ -340,11 +333,81 @@ class _Cycle:
     advice: str = ""
 
 
+class _Restored(NamedTuple):
+    """One model as `_prepare` starts it: restored (with the notes), observed, and its variants that learn."""
+
+    model: ModelInput
+    config: QueueingConfig
+    state: ModelState
+    filters: dict[str, ekf.FilterState]
+    notes: list[str]
+    observed: Observed
+    learners: list[str]
+
+
+def _prepare(
+    models: Sequence[tuple[ModelInput, QueueingConfig]], memory: PredictiveMemory, now_s: float, *, step_s: float
+) -> dict[ModelKey, Prepared]:
+    """Each model restored, observed (step 1), its variants' filters learned (step 2) and their λ* found at the
+    tightened targets (step 7): the filters of all models in one lockstep, the λ* of all variants in another."""
+    restored: list[_Restored] = []
+    for model, cfg in models:
+        state, filters, notes = _restore(model, memory, ForecastConfig(step_s=step_s, quantile=cfg.forecast_quantile))
+        learners = [v.key.name for v in model.views if _learns(v, cfg)]
+        restored.append(_Restored(model, cfg, state, filters, notes, observe(model.views, model.pods), learners))
+    jobs = [(r.filters.get(name), r.observed.variants[name]) for r in restored for name in r.learners]
+    outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
+    sized: list[tuple[ModelKey, Prepared, list[tuple[str, ReplicaQuery]]]] = []
+    for r in restored:
+        learned, learn_notes = _learned(r.model.views, r.filters, {name: next(outcomes) for name in r.learners})
+        size = _size(r.observed.model.input_tokens, r.observed.model.output_tokens, r.state)
+        params = {v.key.name: _params(v, learned, r.config) for v in r.model.views}
+        slo = resolve_slo(r.config, [p for p, _ in params.values() if p is not None], r.observed.model)
+        asked = _capacity_queries(r.model.views, r.observed, params, slo=slo, size=size, cfg=r.config)
+        at_zero = {v.key.name: 0.0 for v in r.model.views}
+        done = Prepared(r.state, tuple(r.notes), r.observed, learned, tuple(learn_notes), params, slo, size, at_zero)
+        sized.append((r.model.model, done, asked))
+    rates = iter(per_replica_rps([query for _, _, asked in sized for _, query in asked]))
+    return {
+        key: replace(done, at_slo={**done.at_slo, **{name: next(rates) for name, _ in asked}})
+        for key, done, asked in sized
+    }
+
+
+def _capacity_queries(
+    views: Sequence[VariantView],
+    observed: Observed,
+    params: Mapping[str, tuple[ServiceParams | None, str]],
+    *,
+    slo: Slo | None,
+    size: RequestSize | None,
+    cfg: QueueingConfig,
+) -> list[tuple[str, ReplicaQuery]]:
+    """The λ* each variant with known parameters needs: one replica at the SLO's targets tightened for the tail
+    (capacity.py); none without an SLO or a request size (the analysis then stops before capacity)."""
+    if slo is None or size is None:
+        return []
+    asked = []
+    for view in views:
+        known, _ = params[view.key.name]
+        if known is not None:
+            targets = tightened(
+                Targets(slo.target_ttft_ms, slo.target_itl_ms),
+                known,
+                size,
+                attainment=cfg.slo_attainment_target,
+                itl_cv=cfg.itl_spread,
+            )
+            asked.append(
+                (view.key.name, ReplicaQuery(known, size, observed.variants[view.key.name].max_batch, targets))
+            )
+    return asked
+
+
 def _restore(
-    model: ModelInput, memory: PredictiveMemory, forecast_cfg: ForecastConfig, prepared: Prepared | None
+    model: ModelInput, memory: PredictiveMemory, forecast_cfg: ForecastConfig
 ) -> tuple[ModelState, dict[str, ekf.FilterState], list[str]]:
-    """Memory first; else what a previous leader persisted in VA status (the newest copy of the model state). The
-    filters as `prepare` restored them, when it did."""
+    """Memory first; else what a previous leader persisted in VA status (the newest copy of the model state)."""
     notes: list[str] = []
     state = memory.models.get(model.model)
     if state is not None and state.forecaster.config != forecast_cfg:
@@ -363,8 +426,6 @@ def _restore(
             if best is None or restored.saved_s > best.saved_s:
                 best = restored
         state = best or ModelState(Forecaster(forecast_cfg))
-    if prepared is not None:
-        return state, dict(prepared.filters), [*notes, *prepared.filter_notes]
     filters, filter_notes = _restore_filters(model, memory)
     return state, filters, [*notes, *filter_notes]
 
@@ -385,27 +446,17 @@ def _restore_filters(model: ModelInput, memory: PredictiveMemory) -> tuple[dict[
     return filters, notes
 
 
-def _measure(
-    model: ModelInput,
-    cfg: QueueingConfig,
-    state: ModelState,
-    filters: Mapping[str, ekf.FilterState],
-    now_s: float,
-    *,
-    prepared: Prepared | None,
-) -> _Cycle:
-    """Steps 1–8 of the module docstring for one model; 1–2 from `prepared` where `prepare` did them."""
+def _measure(model: ModelInput, cfg: QueueingConfig, prepared: Prepared, now_s: float) -> _Cycle:
+    """Steps 3–8 of the module docstring for one model, on what `_prepare` did (the restore, steps 1–2, λ*)."""
     views = model.views
-    observed = prepared.observed if prepared is not None else observe(views, model.pods)
-    learned, notes = _learn(views, observed, filters, cfg=cfg, now_s=now_s, prepared=prepared)
-    size = _size(observed.model.input_tokens, observed.model.output_tokens, state)
+    state, observed, learned, size = prepared.state, prepared.observed, prepared.learned, prepared.size
+    params, slo, at_slo = prepared.params, prepared.slo, prepared.at_slo
+    notes = list(prepared.learn_notes)
     startup = _startup_samples(views, state)
     leads = _leads(startup, cfg)
     demand = _demand(model, observed, state.forecaster, cfg, lead_s=max(leads.values(), default=0.0), now_s=now_s)
     if not demand.reported:
         notes.append(UNREPORTED_NOTE)
-    params = {v.key.name: _params(v, learned, cfg) for v in views}
-    slo = resolve_slo(cfg, [p for p, _ in params.values() if p is not None], observed.model)
     ready = {v.key.name: (v.target.ready_replicas if v.target else 0) for v in views}
     ready_before = state.ready
     saved_s = state.saved_s
@@ -425,10 +476,6 @@ def _measure(
     if size is None:
         reason = "no request size known yet (no busy pod has reported avg input/output tokens)"
         return _Cycle(state, learned, None, {"slo": slo.to_json(), "demand": demand.figures}, reason, tuple(notes))
-    at_slo = {
-        v.key.name: _at_slo(params[v.key.name][0], slo, size, observed.variants[v.key.name].max_batch, cfg)
-        for v in views
-    }
     measured, completions = _attainment(model.traffic, slo)
     bracket, bucket_tip = _bucket_bracket(model.traffic, slo, cfg.slo_attainment_target)
     controller = state.controller.update(
@@ -731,20 +778,6 @@ def _bridge(
     return bridged, shortfall, note
 
 
-def _at_slo(params: ServiceParams | None, slo: Slo, size: RequestSize, max_batch: int, cfg: QueueingConfig) -> float:
-    """λ* of one replica at the tail-tightened targets (capacity.py), req/s; 0 when unknown or out of reach."""
-    if params is None:
-        return 0.0
-    targets = tightened(
-        Targets(slo.target_ttft_ms, slo.target_itl_ms),
-        params,
-        size,
-        attainment=cfg.slo_attainment_target,
-        itl_cv=cfg.itl_spread,
-    )
-    return per_replica_rps(params, size, max_batch, targets)
-
-
 def _unseen(saved_s: float, now_s: float, step_s: float) -> bool:
     """Whether the model went unanalysed for more than two engine steps before this cycle: it had no pod (at zero,
     waking up), or its metrics were missing. The controller did not see the fleet that served the latency window's
@@ -768,28 +801,19 @@ def _change(ready: Mapping[str, int], before: Mapping[str, int], *, unseen: bool
     return (delta > 0) - (delta < 0)
 
 
-def _learn(
+def _learned(
     views: Sequence[VariantView],
-    observed: Observed,
     filters: Mapping[str, ekf.FilterState],
-    *,
-    cfg: QueueingConfig,
-    now_s: float,
-    prepared: Prepared | None,
+    outcomes: Mapping[str, ekf.Outcome | None],
 ) -> tuple[dict[str, ekf.FilterState], list[str]]:
-    """Each variant's filter after this cycle's observations (the queueing model's step 2): the outcome `prepare`
-    found, or learned here (in lockstep over the model's variants) for a variant it did not do."""
-    done = prepared.outcomes if prepared is not None else {}
-    learners = [v.key.name for v in views if _learns(v, cfg)]
-    missing = [name for name in learners if name not in done]
-    learned_here = ekf.learn_many([(filters.get(name), observed.variants[name]) for name in missing], now_s=now_s)
-    outcomes = {**done, **dict(zip(missing, learned_here, strict=True))}
+    """Each variant's filter after this cycle's observations (the queueing model's step 2), from the outcome of
+    each variant that learns (`ekf.learn_many`), and a note for each filter re-fitted after it was lost."""
     states: dict[str, ekf.FilterState] = {}
     notes: list[str] = []
     for view in views:
         name = view.key.name
         previous = filters.get(name)
-        outcome = outcomes.get(name) if name in learners else None
+        outcome = outcomes.get(name)
         if outcome is None:
             # nothing to learn (a profile sizes this variant: `_params`), or no observation this cycle (e.g. the
             # variant is at zero): the filter is kept as it was

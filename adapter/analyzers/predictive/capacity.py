@@ -29,10 +29,12 @@ exceeds the ITL target, no replica count fixes the ITL of the requests it lands 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import NamedTuple
 
-from adapter.analyzers.queueing.model import BeyondModel, InvalidInput, QueueModel, RequestSize, ServiceParams
+from adapter.analyzers.queueing.model import InvalidInput, Metrics, QueueModel, RequestSize, ServiceParams, max_rates
 from adapter.domain.errors import ModelError
 
 DEFAULT_ITL_CV = 0.25
@@ -66,16 +68,33 @@ def tightened(
     return Targets(ttft, slo.itl_ms / (1.0 + z * max(itl_cv, 0.0)))
 
 
-def per_replica_rps(params: ServiceParams, size: RequestSize, max_batch: int, targets: Targets) -> float:
-    """λ* of one replica at `targets` (req/s); 0 when no rate meets them, or only a rate below
+class ReplicaQuery(NamedTuple):
+    """One replica's λ* to find: its service parameters, request size, batch limit and (tightened) targets."""
+
+    params: ServiceParams
+    size: RequestSize
+    max_batch: int
+    targets: Targets
+
+
+def per_replica_rps(queries: Sequence[ReplicaQuery]) -> list[float]:
+    """λ* of one replica at its targets for each query (req/s); 0 when no rate meets them, or only a rate below
     `MIN_USEFUL_UTILISATION` of the replica's throughput: such a variant serves this SLO only nearly idle, every
-    replica of it a waste beside a variant that can (an L4 with α 55 ms under a 100-ms ITL target)."""
-    try:
-        model = QueueModel(params, size, max_batch=max(1, max_batch))
-        rate = float(model.max_rate(targets.ttft_ms, targets.itl_ms).rate_rps)
-    except (BeyondModel, InvalidInput, ModelError):
-        return 0.0
-    return rate if rate >= MIN_USEFUL_UTILISATION * model.rate_range_rps.max_rps else 0.0
+    replica of it a waste beside a variant that can (an L4 with α 55 ms under a 100-ms ITL target). The queries are
+    searched together (`max_rates`: in lockstep from 16 of them, each alone below)."""
+    rates = [0.0] * len(queries)
+    built: list[tuple[int, QueueModel, Targets]] = []
+    for index, (params, size, max_batch, targets) in enumerate(queries):
+        try:
+            built.append((index, QueueModel(params, size, max_batch=max(1, max_batch)), targets))
+        except (InvalidInput, ModelError):
+            continue
+    answers = max_rates([(model, targets.ttft_ms, targets.itl_ms) for _, model, targets in built])
+    for (index, model, _), answer in zip(built, answers, strict=True):
+        if isinstance(answer, Metrics):
+            rate = float(answer.rate_rps)
+            rates[index] = rate if rate >= MIN_USEFUL_UTILISATION * model.rate_range_rps.max_rps else 0.0
+    return rates
 
 
 def chunk_ms(params: ServiceParams, chunk_tokens: int) -> float:
