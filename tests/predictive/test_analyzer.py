@@ -707,6 +707,10 @@ def _idle_prepare(self: object, models: object, memory: object, now_s: float) ->
 
 
 @pytest.mark.parametrize(
+    "lockstep_from",
+    [pytest.param(None, id="lambda-star-one-by-one"), pytest.param(1, id="lambda-star-in-lockstep")],
+)
+@pytest.mark.parametrize(
     ("prepare", "warned"),
     [
         pytest.param(_idle_prepare, False, id="prepare-does-nothing"),
@@ -714,11 +718,16 @@ def _idle_prepare(self: object, models: object, memory: object, now_s: float) ->
     ],
 )
 def test_learning_prepared_for_every_model_at_once_decides_as_each_model_alone(
-    monkeypatch: pytest.MonkeyPatch, prepare: object, warned: bool
+    monkeypatch: pytest.MonkeyPatch, prepare: object, warned: bool, lockstep_from: int | None
 ) -> None:
     """The lockstep over both models' variants gives each filter what its model's own analysis learns (and what
-    a failed `prepare` leaves it to learn): the same decisions, analyses and filters, cycle after cycle; a failed
-    `prepare` is a cycle warning, never a model's error."""
+    a failed `prepare` leaves it to learn), and each variant the λ* its model finds alone — also with every λ*
+    searched in lockstep (a query's answer there does not depend on its neighbours): the same decisions, analyses
+    and filters, cycle after cycle; a failed `prepare` is a cycle warning, never a model's error."""
+    if lockstep_from is not None:
+        from adapter.analyzers.queueing import model as queue_model
+
+        monkeypatch.setattr(queue_model, "LOCKSTEP_FROM", lockstep_from)
     prepared, fleet = _learned_run(monkeypatch, None)
     alone, other = _learned_run(monkeypatch, prepare)
     filters = fleet.state.memory(predictive.ANALYZER).filters
@@ -753,3 +762,29 @@ def test_an_unreadable_persisted_filter_is_noted_when_learning_is_prepared() -> 
     learned = fleet.state.memory(predictive.ANALYZER).filters
     assert learned[key].accepted == 0  # started afresh from this cycle's pods
     assert learned[VariantKey(NS, "llama-70b-l4")].accepted > 0  # read back from its status and updated
+
+
+def test_a_model_whose_own_preparation_raises_is_that_models_error_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare` leaves out a model whose own part raises (a bug) and prepares the others: that model's analysis
+    does the steps alone, where the error is its own; the other model decides as without the bug, and the cycle
+    has no warning that preparing failed."""
+    fleet = _learning_fleet()
+    healthy = fleet.cycle(T0, _timed_pods(fleet, 0))
+    restore = predictive._restore_and_observe
+
+    def broken(model: object, *args: object, **kwargs: object) -> object:
+        if model.model.model_id == "qwen-7b":  # type: ignore[attr-defined]
+            raise RuntimeError("injected restore bug")
+        return restore(model, *args, **kwargs)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(predictive, "_restore_and_observe", broken)
+        fleet = _learning_fleet()
+        result = fleet.cycle(T0, _timed_pods(fleet, 0))
+    errors = result.errors  # type: ignore[attr-defined]
+    assert list(errors) == [ModelKey(NS, "qwen-7b")]
+    assert "RuntimeError: injected restore bug" in errors[ModelKey(NS, "qwen-7b")]
+    assert not any("preparing" in w for w in result.warnings)  # type: ignore[attr-defined]
+    llama = [k for k in result.decisions if k.name.startswith("llama")]  # type: ignore[attr-defined]
+    assert llama
+    assert all(result.decisions[k] == healthy.decisions[k] for k in llama)  # type: ignore[attr-defined]

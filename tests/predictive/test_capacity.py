@@ -80,3 +80,15 @@ def test_many_replicas_at_once_as_each_alone() -> None:
         (alone,) = per_replica_rps([query])
         assert rate == pytest.approx(alone, rel=1e-12)
     assert per_replica_rps(queries[::-1]) == rates[::-1]
+
+
+def test_a_replica_the_model_cannot_hold_is_0_among_many() -> None:
+    """A replica whose service rates overflow (no `QueueModel`) gets 0 and the others their own λ*, in lockstep."""
+    overflowing = _query(ServiceParams(1e308, 0.066, 0.00008), 2000.0, 100.0)
+    queries = [_query(A100, 447.1 + k, 60.8) for k in range(LOCKSTEP_FROM)]
+    queries.insert(5, overflowing)
+    rates = per_replica_rps(queries)
+    assert rates[5] == 0.0
+    assert per_replica_rps([overflowing]) == [0.0]
+    for query, rate in zip(queries[:5] + queries[6:], rates[:5] + rates[6:], strict=True):
+        assert rate == pytest.approx(_alone(query), rel=1e-12)

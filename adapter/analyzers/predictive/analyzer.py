@@ -295,7 +295,7 @@ class Predictive:
     ) -> Analysis[PredictiveMemory]:
         prepared = memory.prepared.get(model.model)
         if prepared is None:  # `prepare` was not called, or failed: the same steps for this model alone
-            prepared = _prepare([(model, config)], memory, now_s, step_s=self.step_s)[model.model]
+            prepared = _prepare([(model, config)], memory, now_s, step_s=self.step_s, alone=True)[model.model]
         cycle = _measure(model, config, prepared, now_s)
         notes = [*prepared.restore_notes, *cycle.notes]
         names = frozenset(v.key.name for v in model.views)
@@ -346,32 +346,63 @@ class _Restored(NamedTuple):
 
 
 def _prepare(
-    models: Sequence[tuple[ModelInput, QueueingConfig]], memory: PredictiveMemory, now_s: float, *, step_s: float
+    models: Sequence[tuple[ModelInput, QueueingConfig]],
+    memory: PredictiveMemory,
+    now_s: float,
+    *,
+    step_s: float,
+    alone: bool = False,
 ) -> dict[ModelKey, Prepared]:
     """Each model restored, observed (step 1), its variants' filters learned (step 2) and their λ* found at the
-    tightened targets (step 7): the filters of all models in one lockstep, the λ* of all variants in another."""
+    tightened targets (step 7): the filters of all models in one lockstep, the λ* of all variants in another.
+
+    A model whose own part raises (a bug, say an unexpected persisted state) is left out, not the others: its
+    `analyze` then does these steps `alone`, where the error propagates and is that model's (engine/pipeline.py).
+    An error in either lockstep fails the whole `prepare`, which the engine warns of before every model does its
+    steps alone."""
     restored: list[_Restored] = []
     for model, cfg in models:
-        state, filters, notes = _restore(model, memory, ForecastConfig(step_s=step_s, quantile=cfg.forecast_quantile))
-        learners = [v.key.name for v in model.views if _learns(v, cfg)]
-        restored.append(_Restored(model, cfg, state, filters, notes, observe(model.views, model.pods), learners))
+        try:
+            restored.append(_restore_and_observe(model, cfg, memory, step_s=step_s))
+        except Exception:
+            if alone:
+                raise
+            continue  # raised again by the model's own analysis, as its error
     jobs = [(r.filters.get(name), r.observed.variants[name]) for r in restored for name in r.learners]
     outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
     sized: list[tuple[ModelKey, Prepared, list[tuple[str, ReplicaQuery]]]] = []
     for r in restored:
-        learned, learn_notes = _learned(r.model.views, r.filters, {name: next(outcomes) for name in r.learners})
-        size = _size(r.observed.model.input_tokens, r.observed.model.output_tokens, r.state)
-        params = {v.key.name: _params(v, learned, r.config) for v in r.model.views}
-        slo = resolve_slo(r.config, [p for p, _ in params.values() if p is not None], r.observed.model)
-        asked = _capacity_queries(r.model.views, r.observed, params, slo=slo, size=size, cfg=r.config)
-        at_zero = {v.key.name: 0.0 for v in r.model.views}
-        done = Prepared(r.state, tuple(r.notes), r.observed, learned, tuple(learn_notes), params, slo, size, at_zero)
-        sized.append((r.model.model, done, asked))
+        learned_now = {name: next(outcomes) for name in r.learners}
+        try:
+            sized.append((r.model.model, *_sized(r, learned_now)))
+        except Exception:
+            if alone:
+                raise
+            continue  # as above
     rates = iter(per_replica_rps([query for _, _, asked in sized for _, query in asked]))
     return {
         key: replace(done, at_slo={**done.at_slo, **{name: next(rates) for name, _ in asked}})
         for key, done, asked in sized
     }
+
+
+def _restore_and_observe(
+    model: ModelInput, cfg: QueueingConfig, memory: PredictiveMemory, *, step_s: float
+) -> _Restored:
+    state, filters, notes = _restore(model, memory, ForecastConfig(step_s=step_s, quantile=cfg.forecast_quantile))
+    learners = [v.key.name for v in model.views if _learns(v, cfg)]
+    return _Restored(model, cfg, state, filters, notes, observe(model.views, model.pods), learners)
+
+
+def _sized(r: _Restored, outcomes: Mapping[str, ekf.Outcome | None]) -> tuple[Prepared, list[tuple[str, ReplicaQuery]]]:
+    """One model's part after learning, its λ* all 0 for now, and the λ* its variants ask."""
+    learned, learn_notes = _learned(r.model.views, r.filters, outcomes)
+    size = _size(r.observed.model.input_tokens, r.observed.model.output_tokens, r.state)
+    params = {v.key.name: _params(v, learned, r.config) for v in r.model.views}
+    slo = resolve_slo(r.config, [p for p, _ in params.values() if p is not None], r.observed.model)
+    asked = _capacity_queries(r.model.views, r.observed, params, slo=slo, size=size, cfg=r.config)
+    at_zero = {v.key.name: 0.0 for v in r.model.views}
+    return Prepared(r.state, tuple(r.notes), r.observed, learned, tuple(learn_notes), params, slo, size, at_zero), asked
 
 
 def _capacity_queries(
