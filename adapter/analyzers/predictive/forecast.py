@@ -299,7 +299,8 @@ class Forecaster:
         foreseen = slope > 0 and seasonal is not None and self._explained(current, offset)
         seen = self._seen_rise(current, horizon - offset) if slope > 0 and not foreseen else None
         extrapolated = 0.0 if foreseen else slope  # the season foresaw the rise: its forecast carries it
-        trend = max([current, *(trend_upper(level, extrapolated, sigma, k, cfg.z) for k in ahead)])
+        z = cfg.z  # an inverse normal CDF: once a forecast, not once a step ahead
+        trend = max([current, *(trend_upper(level, extrapolated, sigma, k, z) for k in ahead)])
         if seen is not None:  # a rise seen before: extrapolated fast, but not past where it went
             trend = min(trend, max(current, seen))
         peak = max(trend, seasonal or 0.0, current)
