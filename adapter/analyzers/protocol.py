@@ -165,9 +165,9 @@ class Analyzer(Protocol[C, M]):
 
     def prepare(self, models: Sequence[tuple[ModelInput, C]], memory: M, now_s: float) -> M:
         """Work done for many models at once before each is analysed, returned in the memory `analyze` then gets
-        (the predictive analyzer learns every variant's α, β, γ in lockstep here); the memory as it is for an
-        analyzer without such work. Whatever `prepare` leaves out, `analyze` does for its model alone, so a failed
-        `prepare` (the engine then passes the memory as it was) costs time, never a decision."""
+        (the queueing and predictive analyzers learn every variant's α, β, γ in lockstep here); the memory as it is
+        for an analyzer without such work. Whatever `prepare` leaves out, `analyze` does for its model alone, so a
+        failed `prepare` (the engine then passes the memory as it was) costs time, never a decision."""
         ...
 
     def analyze(self, model: ModelInput, config: C, memory: M, now_s: float) -> Analysis[M]:
@@ -176,8 +176,8 @@ class Analyzer(Protocol[C, M]):
 
 
 class Unprepared(Generic[C, M]):
-    """`prepares` and `prepare` of an analyzer with no work for many models at once (every analyzer but the
-    predictive one): the engine never calls `prepare` for it."""
+    """`prepares` and `prepare` of an analyzer with no work for many models at once (V1 and V2; the queueing and
+    predictive analyzers learn every variant of the fleet at once): the engine never calls `prepare` for it."""
 
     __slots__ = ()
     prepares = False

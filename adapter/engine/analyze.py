@@ -4,10 +4,10 @@ many models at once, then each model's analysis.
 The engine only dispatches (adapter/analyzers/protocol.py): `frame_model` resolves the model's configuration, keeps
 the usable pod samples (a sample with NaN, infinite or negative KV or queue readings is dropped with a note) and
 asks the registry which analyzer decides the model; `prepare` hands an analyzer that `prepares` all of its models
-at once (the predictive analyzer learns every variant's α, β, γ there, in one lockstep); `measure_model` hands the
-analyzer the model's `ModelInput` and the memory `prepare` returned. The result is a `ModelPlan`: the analysis (a
-capacity signal for the allocation step, or the reason there is none), or no analysis at all when metrics are
-unavailable or no pod reports — then the fallback hierarchy decides.
+at once (the queueing and predictive analyzers learn every variant's α, β, γ there, in one lockstep);
+`measure_model` hands the analyzer the model's `ModelInput` and the memory `prepare` returned. The result is a
+`ModelPlan`: the analysis (a capacity signal for the allocation step, or the reason there is none), or no analysis
+at all when metrics are unavailable or no pod reports — then the fallback hierarchy decides.
 """
 
 from __future__ import annotations
@@ -168,9 +168,9 @@ def prepare(
     framed: Sequence[Framed], state: EngineState, now_s: float
 ) -> tuple[dict[AnalyzerName, Any], list[tuple[AnalyzerName, Exception]]]:
     """Each analyzer's memory for this cycle's analyses: its `prepare` over every analysable model it decides, all
-    at once (the predictive analyzer learns every variant's parameters there, in lockstep). An analyzer whose
-    `prepare` raises (a bug) keeps its memory as it was, and each model then does that work alone in `analyze`:
-    the failure is returned, never a model's error."""
+    at once (the queueing and predictive analyzers learn every variant's parameters there, in lockstep). An
+    analyzer whose `prepare` raises (a bug) keeps its memory as it was, and each model then does that work alone in
+    `analyze`: the failure is returned, never a model's error."""
     groups: dict[AnalyzerName, list[Framed]] = {}
     for f in framed:
         if f.analyzable:

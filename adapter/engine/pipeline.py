@@ -1,7 +1,8 @@
 """The pure decision pipeline: `decide(snapshot, state, config, now_s) -> (CycleResult, EngineState)`.
 
-    first:       the models of an analyzer that `prepares` (the predictive one) framed, and its work for all of
-                 them done at once (its EKF over every variant of the fleet in one lockstep: engine/analyze.py)
+    first:       the models of an analyzer that `prepares` (the queueing and predictive ones) framed, and its work
+                 for all of them done at once (the EKF over every variant of the fleet in one lockstep, the
+                 predictive analyzer's λ* in another: engine/analyze.py)
     per model:   configuration ─► the analyzer it selects (adapter/analyzers/registry.py) ─► capacity signal,
                  or "no signal" with a reason
     all models:  allocation (cost-aware | GPU-limited fair share | exact MILP) over the shared GPU pools, without
@@ -72,8 +73,8 @@ def decide(
     new_allocations: dict[VariantKey, DesiredAlloc] = {}
 
     ordered = sorted(models.items(), key=_by_model)
-    # 1a. the models of the analyzers that do work for many models at once (`Analyzer.prepares`: the predictive
-    #     analyzer's learning), framed and prepared over the whole fleet: one batch, not one a block
+    # 1a. the models of the analyzers that do work for many models at once (`Analyzer.prepares`: the queueing and
+    #     predictive analyzers' learning), framed and prepared over the whole fleet: one batch, not one a block
     cycle = _Cycle(snapshot, pods_by_variant, state, config, now_s)
     early = _prepared(ordered, cycle)
     measure_errors, warnings = dict(early.errors), list(early.warnings)

@@ -326,3 +326,94 @@ def test_engine_learns_persists_and_a_restart_resumes_with_the_same_capacity() -
     resumed = fleet.state.memory(qm.ANALYZER)[VariantKey("llm", "v")]
     assert resumed.accepted >= persisted.accepted  # continued, not bootstrapped afresh
     assert fleet.decision("v").analyzer is AnalyzerName.QUEUEING_MODEL
+
+
+# ---- learning every model's variants at once (`QueueingModel.prepare`) -----------------------------------------
+
+
+def _two_model_fleet() -> Fleet:
+    """Two models of two variants each, learning α, β, γ with the queueing analyzer, on one virtual clock."""
+    cms = configset(extra=[(CONTROLLER_NS, QUEUEING_CM, {"default": "sloMultiplier: 3\ntuningEnabled: true\n"})])
+    specs = [
+        core_spec(f"{model}-{gpu}", model=model, accelerator=gpu.upper(), max_replicas=20)
+        for model in ("llama-70b", "qwen-7b")
+        for gpu in ("a100", "l4")
+    ]
+    return Fleet(specs=specs, config=EngineConfig(configmaps=cms), replicas={s.key.name: 2 for s in specs})
+
+
+def _two_model_pods(fleet: Fleet, cycle: int) -> list[PodMetrics]:
+    rate = 1.0 + 0.4 * (cycle % 3)
+    return [pod for s in fleet.specs for pod in _pods(s.key.name, fleet.replicas[s.key.name], rate)]
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, prepare: object | None) -> tuple[list[object], Fleet]:
+    with monkeypatch.context() as patch:
+        if prepare is not None:
+            patch.setattr(qm.QueueingModel, "prepare", prepare)
+        fleet = _two_model_fleet()
+        results = [fleet.cycle(T0 + 30 * c, _two_model_pods(fleet, c)) for c in range(6)]
+    return results, fleet
+
+
+def _idle_prepare(self: object, models: object, memory: object, now_s: float) -> object:
+    return memory
+
+
+def _failing_prepare(self: object, models: object, memory: object, now_s: float) -> object:
+    raise RuntimeError("injected prepare bug")
+
+
+@pytest.mark.parametrize(
+    ("prepare", "warned"),
+    [
+        pytest.param(_idle_prepare, False, id="prepare-does-nothing"),
+        pytest.param(_failing_prepare, True, id="prepare-fails"),
+    ],
+)
+def test_learning_prepared_for_every_model_at_once_decides_as_each_model_alone(
+    monkeypatch: pytest.MonkeyPatch, prepare: object, warned: bool
+) -> None:
+    """The lockstep over both models' variants gives each filter what its model's own analysis learns: the same
+    decisions, analyses and filters, cycle after cycle; the memory kept is the filters alone (what `prepare` adds
+    is never carried); a failed `prepare` is a cycle warning, never a model's error."""
+    prepared, fleet = _run(monkeypatch, None)
+    alone, other = _run(monkeypatch, prepare)
+    filters = fleet.state.memory(qm.ANALYZER)
+    assert type(filters) is dict
+    assert len(filters) == 4
+    assert all(f.accepted > 0 for f in filters.values())
+    assert other.state.memory(qm.ANALYZER) == filters
+    for with_prepare, without in zip(prepared, alone, strict=True):
+        assert with_prepare.decisions == without.decisions  # type: ignore[attr-defined]
+        assert with_prepare.analyses == without.analyses  # type: ignore[attr-defined]
+        assert not without.errors  # type: ignore[attr-defined]
+        failed = [w for w in without.warnings if "preparing the models at once failed" in w]  # type: ignore[attr-defined]
+        assert bool(failed) is warned
+        assert not any("preparing" in w for w in with_prepare.warnings)  # type: ignore[attr-defined]
+    assert {d.analyzer for r in prepared for d in r.decisions.values()} == {AnalyzerName.QUEUEING_MODEL}  # type: ignore[attr-defined]
+
+
+def test_a_model_whose_own_preparation_raises_is_that_models_error_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare` leaves out a model whose own part raises (a bug): its analysis does the stages alone, where the
+    error is its own; the other model decides as without the bug, and no warning says preparing failed."""
+    fleet = _two_model_fleet()
+    healthy = fleet.cycle(T0, _two_model_pods(fleet, 0))
+    restore = qm.remembered
+
+    def broken(views: object, memory: object) -> object:
+        if any(v.spec.model_id == "qwen-7b" for v in views):  # type: ignore[attr-defined]
+            raise RuntimeError("injected restore bug")
+        return restore(views, memory)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(qm, "remembered", broken)
+        fleet = _two_model_fleet()
+        result = fleet.cycle(T0, _two_model_pods(fleet, 0))
+    errors = result.errors
+    assert list(errors) == [ModelKey("llm", "qwen-7b")]
+    assert "RuntimeError: injected restore bug" in errors[ModelKey("llm", "qwen-7b")]
+    assert not any("preparing" in w for w in result.warnings)
+    llama = [k for k in result.decisions if k.name.startswith("llama")]
+    assert llama
+    assert all(result.decisions[k] == healthy.decisions[k] for k in llama)

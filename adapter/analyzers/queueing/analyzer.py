@@ -1,14 +1,17 @@
 """The queueing-model SLO analyzer (seed 003; research §3.5–3.8): latency targets → requests/s per replica.
 
-The engine calls `ANALYZER` (adapter.analyzers.protocol) once per model per cycle. Read from the top:
+The engine calls `ANALYZER` (adapter.analyzers.protocol) once per model per cycle, after its `prepare` over every
+model it decides (stages 1–2 for the whole fleet at once: every variant's filter in one lockstep). Read from the top:
 
-    QueueingModel.analyze     each variant's filter: this process's memory, else VA status (`learned.queueingModel`,
+    QueueingModel.prepare / analyze
+                              each variant's filter: this process's memory, else VA status (`learned.queueingModel`,
                               so a new leader resumes); the filters after this cycle go back to both
       measure
         1. workload.observe     Σλ and the arrival-weighted request size and latencies over the busy pods
                                 (arrival rate > 0) of all variants; each variant's busy pods and batch limit
         2. ekf.learn            (when `tuningEnabled`) each variant's filter takes one observation per busy pod:
-                                a cold variant is bootstrapped from its pods, a lost filter is re-fitted
+                                a cold variant is bootstrapped from its pods, a lost filter is re-fitted (every
+                                variant of the fleet in one lockstep, `ekf.learn_many`, by `prepare`)
         3. slo.resolve_slo      explicit targets → inferred from the learned parameters → observed × 1.5, capped
         4. _max_rate            per variant λ* = the throughput at the largest rate one replica sustains within
                                 the SLO (`QueueModel.max_rate`, upstream's `Size`) with its learned parameters and
@@ -38,13 +41,13 @@ null when λ* is unknown); and the model's `total_arrival_rps`, `total_supply_rp
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 from adapter.analyzers import memory as state_json
-from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput, Unprepared
+from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.model import QueueModel, RequestSize
 from adapter.analyzers.queueing.slo import Slo, resolve_slo
@@ -66,10 +69,43 @@ Filters = Mapping[VariantKey, ekf.FilterState]
 
 
 @dataclass(frozen=True, slots=True)
-class QueueingModel(Unprepared[QueueingConfig, Filters]):
+class Learned:
+    """Stages 1–2 of one model as `QueueingModel.prepare` did them: its workload, its variants' filters after this
+    cycle, the notes of restoring them (`remembered`) and of learning (`_learned`)."""
+
+    observed: Observed
+    states: Mapping[str, ekf.FilterState]
+    remembered_notes: tuple[str, ...]
+    learn_notes: tuple[str, ...]
+
+
+class PreparedFilters(Mapping[VariantKey, ekf.FilterState]):
+    """The memory the analyses get after `prepare`: the filters as remembered, and stages 1–2 of every model
+    `prepare` reached (`learned`). Never persisted: `FilterMemory.next` starts from the engine state's filters."""
+
+    __slots__ = ("_filters", "learned")
+
+    def __init__(self, filters: Filters, learned: Mapping[ModelKey, Learned]) -> None:
+        self._filters = filters
+        self.learned = learned
+
+    def __getitem__(self, key: VariantKey) -> ekf.FilterState:
+        return self._filters[key]
+
+    def __iter__(self) -> Iterator[VariantKey]:
+        return iter(self._filters)
+
+    def __len__(self) -> int:
+        return len(self._filters)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueingModel:
     """The queueing-model analyzer as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.QUEUEING_MODEL
+    prepares: bool = True
+    """The EKF learns every variant of the fleet in one lockstep (`prepare`)."""
 
     @property
     def memory(self) -> FilterMemory:
@@ -80,9 +116,50 @@ class QueueingModel(Unprepared[QueueingConfig, Filters]):
         cfg, warnings = model.configmaps.queueing(model.model)
         return cfg, tuple(warnings)
 
+    def prepare(
+        self, models: Sequence[tuple[ModelInput, QueueingConfig]], memory: Filters, now_s: float
+    ) -> PreparedFilters:
+        """Stages 1–2 of every model at once: every variant's filter of the fleet in one lockstep
+        (`ekf.learn_many`; variant by variant each step is a call of 7 model rows, mostly call overhead). A model
+        whose own part raises (a bug) is left out: its `analyze` does the stages alone, where the error is its own."""
+        started: list[tuple[ModelInput, QueueingConfig, dict[str, ekf.FilterState], list[str], Observed]] = []
+        for model, config in models:
+            try:
+                learned, notes = remembered(model.views, memory)
+                started.append((model, config, learned, notes, observe(model.views, model.pods)))
+            except Exception:
+                continue  # raised again by the model's own analysis, as its error
+        jobs = [
+            (learned.get(v.key.name), observed.variants[v.key.name])
+            for model, config, learned, _, observed in started
+            if config.tuning_enabled
+            for v in model.views
+        ]
+        outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
+        prepared: dict[ModelKey, Learned] = {}
+        for model, config, learned, notes, observed in started:
+            if config.tuning_enabled:
+                states, learn_notes = _learned(model.views, learned, [next(outcomes) for _ in model.views])
+            else:
+                states, learn_notes = _kept(model.views, learned), []
+            prepared[model.model] = Learned(observed, states, tuple(notes), tuple(learn_notes))
+        return PreparedFilters(memory, prepared)
+
     def analyze(self, model: ModelInput, config: QueueingConfig, memory: Filters, now_s: float) -> Analysis[Filters]:
-        learned, notes = remembered(model.views, memory)
-        outcome, states = measure(model.model, model.views, model.pods, cfg=config, learned=learned, now_s=now_s)
+        prepared = memory.learned.get(model.model) if isinstance(memory, PreparedFilters) else None
+        if prepared is None:  # `prepare` was not called, failed, or left this model out: the stages alone
+            learned, notes = remembered(model.views, memory)
+            outcome, states = measure(model.model, model.views, model.pods, cfg=config, learned=learned, now_s=now_s)
+        else:
+            notes = list(prepared.remembered_notes)
+            outcome, states = _signal(
+                model.model,
+                model.views,
+                prepared.observed,
+                dict(prepared.states),
+                list(prepared.learn_notes),
+                cfg=config,
+            )
         update = {VariantKey(model.model.namespace, name): state for name, state in states.items()}
         persist = {name: {LEARNED_SECTION: state.to_json()} for name, state in states.items()}
         if isinstance(outcome, NoSignal):
@@ -124,6 +201,19 @@ def measure(
     Never raises on bad metrics: missing, NaN or negative values count as absent."""
     observed = observe(views, pods_by_variant)
     states, notes = _learn(views, observed, learned, cfg=cfg, now_s=now_s)
+    return _signal(model, views, observed, states, notes, cfg=cfg)
+
+
+def _signal(
+    model: ModelKey,
+    views: Sequence[VariantView],
+    observed: Observed,
+    states: dict[str, ekf.FilterState],
+    notes: list[str],
+    *,
+    cfg: QueueingConfig,
+) -> tuple[CapacitySignal | NoSignal, dict[str, ekf.FilterState]]:
+    """Stages 3–5 on the workload and the filters after this cycle; `notes` (learning's) are added to."""
     load = observed.model
     slo = resolve_slo(cfg, [states[v.key.name].params() for v in views if v.key.name in states], load)
     if slo is None:
@@ -190,14 +280,26 @@ def _learn(
     cfg: QueueingConfig,
     now_s: float,
 ) -> tuple[dict[str, ekf.FilterState], list[str]]:
-    """Every variant's filter after this cycle's observations (stage 2; the variants in lockstep,
-    `ekf.learn_many`), and a note per notable outcome."""
+    """Every variant's filter after this cycle's observations (stage 2; the model's variants in lockstep,
+    `ekf.learn_many`), and a note per notable outcome; the filters as they were when tuning is off."""
+    if not cfg.tuning_enabled:
+        return _kept(views, learned), []
+    jobs = [(learned.get(v.key.name), observed.variants[v.key.name]) for v in views]
+    return _learned(views, learned, ekf.learn_many(jobs, now_s=now_s))
+
+
+def _kept(views: Sequence[VariantView], learned: Mapping[str, ekf.FilterState]) -> dict[str, ekf.FilterState]:
+    return {v.key.name: learned[v.key.name] for v in views if v.key.name in learned}
+
+
+def _learned(
+    views: Sequence[VariantView], learned: Mapping[str, ekf.FilterState], outcomes: Sequence[ekf.Outcome | None]
+) -> tuple[dict[str, ekf.FilterState], list[str]]:
+    """Each variant's filter from its outcome this cycle (a variant with none — no observation — has none), and a
+    note per notable outcome."""
     states: dict[str, ekf.FilterState] = {}
     notes: list[str] = []
-    if not cfg.tuning_enabled:
-        return {v.key.name: learned[v.key.name] for v in views if v.key.name in learned}, notes
-    jobs = [(learned.get(v.key.name), observed.variants[v.key.name]) for v in views]
-    for view, outcome in zip(views, ekf.learn_many(jobs, now_s=now_s), strict=True):
+    for view, outcome in zip(views, outcomes, strict=True):
         name = view.key.name
         previous = learned.get(name)
         if outcome is None:
