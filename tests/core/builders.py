@@ -261,3 +261,21 @@ class Fleet:
 
 def condition(decision: VariantDecision, kind: str) -> Any:
     return next(c for c in decision.conditions if c.type == kind)
+
+
+PREPARE_FAILED = "preparing the models at once failed"
+"""The cycle warning of an analyzer whose `prepare` raised (engine/pipeline.py `_prepared`)."""
+
+
+def assert_prepared_decides_as_alone(
+    prepared: Sequence[CycleResult], alone: Sequence[CycleResult], *, warned: bool
+) -> None:
+    """Cycle by cycle, the same decisions and analyses with an analyzer's `prepare` as with each model analysed
+    alone (`prepare` doing nothing, or raising: then a cycle warning, never a model's error)."""
+    for with_prepare, without in zip(prepared, alone, strict=True):
+        assert with_prepare.decisions == without.decisions
+        assert with_prepare.analyses == without.analyses
+        assert not without.errors
+        failed = [w for w in without.warnings if PREPARE_FAILED in w]
+        assert bool(failed) is warned
+        assert not any(PREPARE_FAILED in w for w in with_prepare.warnings)

@@ -22,7 +22,7 @@ from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.latency import LatencyHistogram, ModelLatency
 from adapter.domain.snapshot import DesiredAlloc, ModelTraffic, PodMetrics, Snapshot, VariantStatus
-from tests.core.builders import CONTROLLER_NS, T0, Fleet, configset, key, spec
+from tests.core.builders import CONTROLLER_NS, T0, Fleet, assert_prepared_decides_as_alone, configset, key, spec
 
 NS = "llm"
 MODEL = ModelKey(NS, "llama-70b")
@@ -734,15 +734,9 @@ def test_learning_prepared_for_every_model_at_once_decides_as_each_model_alone(
     assert len(filters) == 4  # every variant learned
     assert all(f.accepted > 0 for f in filters.values())
     assert other.state.memory(predictive.ANALYZER).filters == filters
-    for with_prepare, without in zip(prepared, alone, strict=True):
-        assert with_prepare.decisions == without.decisions  # type: ignore[attr-defined]
-        assert with_prepare.analyses == without.analyses  # type: ignore[attr-defined]
-        assert not without.errors  # type: ignore[attr-defined]
-        failed = [w for w in without.warnings if "preparing the models at once failed" in w]  # type: ignore[attr-defined]
-        assert bool(failed) is warned
-        assert not any("preparing" in w for w in with_prepare.warnings)  # type: ignore[attr-defined]
+    assert_prepared_decides_as_alone(prepared, alone, warned=warned)  # type: ignore[arg-type]
     if warned:
-        assert "RuntimeError: injected prepare bug" in failed[0]
+        assert any("RuntimeError: injected prepare bug" in w for r in alone for w in r.warnings)  # type: ignore[attr-defined]
 
 
 def test_an_unreadable_persisted_filter_is_noted_when_learning_is_prepared() -> None:

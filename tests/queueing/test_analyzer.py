@@ -20,7 +20,7 @@ from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import PodMetrics, ScaleTarget, VariantSpec, VariantView
-from tests.core.builders import CONTROLLER_NS, T0, Fleet, configset
+from tests.core.builders import CONTROLLER_NS, T0, Fleet, assert_prepared_decides_as_alone, configset
 from tests.core.builders import spec as core_spec
 
 from . import ekf_convergence as conv
@@ -384,13 +384,9 @@ def test_learning_prepared_for_every_model_at_once_decides_as_each_model_alone(
     assert len(filters) == 4
     assert all(f.accepted > 0 for f in filters.values())
     assert other.state.memory(qm.ANALYZER) == filters
-    for with_prepare, without in zip(prepared, alone, strict=True):
-        assert with_prepare.decisions == without.decisions  # type: ignore[attr-defined]
-        assert with_prepare.analyses == without.analyses  # type: ignore[attr-defined]
-        assert not without.errors  # type: ignore[attr-defined]
-        failed = [w for w in without.warnings if "preparing the models at once failed" in w]  # type: ignore[attr-defined]
-        assert bool(failed) is warned
-        assert not any("preparing" in w for w in with_prepare.warnings)  # type: ignore[attr-defined]
+    assert_prepared_decides_as_alone(prepared, alone, warned=warned)  # type: ignore[arg-type]
+    if warned:
+        assert any("RuntimeError: injected prepare bug" in w for r in alone for w in r.warnings)  # type: ignore[attr-defined]
     assert {d.analyzer for r in prepared for d in r.decisions.values()} == {AnalyzerName.QUEUEING_MODEL}  # type: ignore[attr-defined]
 
 
