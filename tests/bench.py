@@ -150,6 +150,17 @@ def summary(figures: dict[str, Any]) -> list[Row]:
                     exact["decide_ms_median"] / 300,
                 )
             )
+    learning = _decide_mode(figures, "qm")
+    if learning is not None:  # no goal: evidence (the regression of scale.md item 10 showed only here)
+        per_va_us = learning["decide_ms_median"] * 1000 / learning["vas"]
+        rows.append(
+            (
+                f"decide, the queueing analyzer (wva-slo, learning), {learning['vas']:,} one-variant models",
+                f"{learning['decide_ms_median']:.0f} ms, {per_va_us:.0f} us a VA (median cycle)",
+                "-",
+                None,
+            )
+        )
     allocation = figures.get("pipeline", {}).get("greedy_vs_exact")
     if allocation is not None:
         rows.append(

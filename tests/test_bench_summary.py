@@ -38,6 +38,16 @@ def test_linear_beyond_is_evidence_without_a_goal() -> None:
     assert (measured, goal, ratio) == ("2.03x CPU", "-", None)
 
 
+def test_the_queueing_analyzers_decide_is_evidence_without_a_goal() -> None:
+    """The `qm` mode of the pipeline benchmark (the queueing analyzer learning, one variant a model) is printed with
+    its time a VA, so that a slower learning path shows in the table (scale.md, item 10)."""
+    qm = {"mode": "qm", "vas": 100, "decide_ms_median": 40.0, "fleet_cost": 1.0, "time_vs_v1": None}
+    rows = bench.summary({"pipeline": {"decide_cycle": [qm]}})
+    what, measured, goal, ratio = _row(rows, "decide, the queueing analyzer")
+    assert what == "decide, the queueing analyzer (wva-slo, learning), 100 one-variant models"
+    assert (measured, goal, ratio) == ("40 ms, 400 us a VA (median cycle)", "-", None)
+
+
 def test_no_figures_no_rows() -> None:
     assert bench.summary({}) == []
 
