@@ -129,20 +129,13 @@ class QueueingModel:
                 started.append((model, config, learned, notes, observe(model.views, model.pods)))
             except Exception:
                 continue  # raised again by the model's own analysis, as its error
-        jobs = [
-            (learned.get(v.key.name), observed.variants[v.key.name])
-            for model, config, learned, _, observed in started
-            if config.tuning_enabled
-            for v in model.views
-        ]
-        outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
-        prepared: dict[ModelKey, Learned] = {}
-        for model, config, learned, notes, observed in started:
-            if config.tuning_enabled:
-                states, learn_notes = _learned(model.views, learned, [next(outcomes) for _ in model.views])
-            else:
-                states, learn_notes = _kept(model.views, learned), []
-            prepared[model.model] = Learned(observed, states, tuple(notes), tuple(learn_notes))
+        after = _learn_many(
+            [(model.views, observed, learned, config) for model, config, learned, _, observed in started], now_s=now_s
+        )
+        prepared = {
+            model.model: Learned(observed, states, tuple(notes), tuple(learn_notes))
+            for (model, _, _, notes, observed), (states, learn_notes) in zip(started, after, strict=True)
+        }
         return PreparedFilters(memory, prepared)
 
     def analyze(self, model: ModelInput, config: QueueingConfig, memory: Filters, now_s: float) -> Analysis[Filters]:
@@ -282,14 +275,28 @@ def _learn(
 ) -> tuple[dict[str, ekf.FilterState], list[str]]:
     """Every variant's filter after this cycle's observations (stage 2; the model's variants in lockstep,
     `ekf.learn_many`), and a note per notable outcome; the filters as they were when tuning is off."""
-    if not cfg.tuning_enabled:
-        return _kept(views, learned), []
-    jobs = [(learned.get(v.key.name), observed.variants[v.key.name]) for v in views]
-    return _learned(views, learned, ekf.learn_many(jobs, now_s=now_s))
+    return _learn_many([(views, observed, learned, cfg)], now_s=now_s)[0]
 
 
-def _kept(views: Sequence[VariantView], learned: Mapping[str, ekf.FilterState]) -> dict[str, ekf.FilterState]:
-    return {v.key.name: learned[v.key.name] for v in views if v.key.name in learned}
+def _learn_many(
+    models: Sequence[tuple[Sequence[VariantView], Observed, Mapping[str, ekf.FilterState], QueueingConfig]],
+    *,
+    now_s: float,
+) -> list[tuple[dict[str, ekf.FilterState], list[str]]]:
+    """`_learn` for many models: the variants of every model whose tuning is on in one lockstep."""
+    jobs = [
+        (learned.get(v.key.name), observed.variants[v.key.name])
+        for views, observed, learned, cfg in models
+        if cfg.tuning_enabled
+        for v in views
+    ]
+    outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
+    return [
+        _learned(views, learned, [next(outcomes) for _ in views])
+        if cfg.tuning_enabled
+        else ({v.key.name: learned[v.key.name] for v in views if v.key.name in learned}, [])
+        for views, _, learned, cfg in models
+    ]
 
 
 def _learned(
