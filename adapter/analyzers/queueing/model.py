@@ -507,13 +507,20 @@ def _analyze_arrays(table: npt.NDArray[np.float64], out: npt.NDArray[np.float64]
         valid &= rate <= max_rps
         lam = rate / 1000.0
         log_r = np.log(lam) - np.log(mu_top)
-        closed = valid & (b > 0) & (a <= NB_MAX_SHAPE * b) & ((q == 0) | (np.abs(log_r) * q >= 1.0))
+        closed = valid & _closed_form(a, b, q, log_r, summed_up_to=0)
         if closed.any():
             columns = _Columns(alpha, beta, gamma, i, o, n, q, a, b, delta, lam, log_r)
             solved = _solve_rows(_Columns(*(c[closed] for c in columns)))
             out[closed, :3] = np.column_stack((solved.ttft_ms, solved.itl_ms, solved.wait_ms))
     for index in np.flatnonzero(valid & ~closed).tolist():
         out[index, :3] = _analyze_row(table[index].tolist())
+
+
+def _closed_form(a: Array, b: Array, q: Array, log_r: Array, *, summed_up_to: int) -> npt.NDArray[np.bool_]:
+    """The rows `_solve_rows` solves: the head in closed form (b > 0, a/b ≤ `NB_MAX_SHAPE`) and a queue it can sum —
+    in closed form, its ratio at least 1/Q away from 1 in log, or term by term, at most `summed_up_to` states
+    (`analyze_rows` 0, which keeps its rows as they were; `max_rates` `ROWS_TERM_BY_TERM`)."""
+    return np.asarray((b > 0) & (a <= NB_MAX_SHAPE * b) & ((q <= summed_up_to) | (np.abs(log_r) * q >= 1.0)))
 
 
 def _analyze_one(row: Sequence[float]) -> tuple[float, float, float, float]:
@@ -1125,24 +1132,24 @@ def max_rates(queries: Sequence[tuple[QueueModel, float, float]]) -> list[Metric
 
 class _Solver:
     """Many models solved as arrays: their service terms as one table, a row a model (α, β, γ, I, O, then the
-    chain's a, b, N, Q, ln μ_N), built once for all the steps of `max_rates`."""
+    chain's a, b, N, Q, ln μ_N, then δ), built once for all the steps of `max_rates`."""
 
     def __init__(self, models: Sequence[QueueModel]) -> None:
         self._models = models
-        self._table = np.array([(*model._work, *model._chain) for model in models], dtype=np.float64).reshape(-1, 10)
+        rows = [(*model._work, *model._chain, model._work.delta_ms) for model in models]
+        self._table = np.array(rows, dtype=np.float64).reshape(-1, 11)
 
     def solve(self, which: IntArray, rates_rps: Array) -> Array:
         """Model `which[k]` solved at `rates_rps[k]` (within its range), as `QueueModel._solved_at`: an (m, 5) array
         of `_Solved` rows. Rows outside `_solve_rows`' closed forms, or whose array answer is not finite, are solved
         by `_solve_chain` (which raises where it must)."""
         out = np.full((len(which), 5), np.nan)
-        alpha, beta, gamma, i, o, a, b, n, q, log_mu_top = self._table[which].T
+        alpha, beta, gamma, i, o, a, b, n, q, log_mu_top, delta = self._table[which].T
         lam = rates_rps / 1000.0
         with np.errstate(all="ignore"):
             log_r = np.log(lam) - log_mu_top
-            closed = (b > 0) & (a <= NB_MAX_SHAPE * b) & ((q <= ROWS_TERM_BY_TERM) | (np.abs(log_r) * q >= 1.0))
+            closed = _closed_form(a, b, q, log_r, summed_up_to=ROWS_TERM_BY_TERM)
             if closed.any():
-                delta = beta * (i + o) / (o + 1.0) + gamma * (i + o / 2.0)
                 columns = _Columns(alpha, beta, gamma, i, o, n, q, a, b, delta, lam, log_r)
                 out[closed] = np.column_stack(_solve_rows(_Columns(*(c[closed] for c in columns))))
         for k in np.flatnonzero(~np.isfinite(out).all(axis=1)).tolist():
