@@ -1091,7 +1091,7 @@ def max_rates(queries: Sequence[tuple[QueueModel, float, float]]) -> list[Metric
             try:
                 answers.append(model.max_rate(ttft_ms, itl_ms))
             except (InvalidInput, ModelError) as error:
-                answers.append(error)
+                answers.append(error.with_traceback(None))
         return answers
     answers = [ModelError("not searched")] * len(queries)
     asking: list[tuple[int, Search, tuple[float, ...] | _Root]] = []
@@ -1102,7 +1102,7 @@ def max_rates(queries: Sequence[tuple[QueueModel, float, float]]) -> list[Metric
         except StopIteration as done:
             answers[index] = done.value
         except (InvalidInput, ModelError) as error:
-            answers[index] = error
+            answers[index] = error.with_traceback(None)
         else:
             asking.append((index, search, ask))
 
