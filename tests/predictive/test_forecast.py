@@ -3,6 +3,7 @@ known answers, period detection, properties, persistence."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -206,6 +207,44 @@ def test_json_round_trip_resumes_the_same_forecast() -> None:
     assert again.peak(f.last_s or 0.0, 300.0).peak_rps == pytest.approx(
         f.peak(f.last_s or 0.0, 300.0).peak_rps, rel=1e-3
     )
+
+
+def _rounded_afresh(f: Forecaster) -> dict[str, object]:
+    """`to_json` as it was before the persisted form was carried: every value rounded at the time of writing."""
+    return f.to_json() | {
+        "values": [float(f"{v:.5g}") for v in f.values],
+        "errors": [float(f"{e:.5g}") for e in f.errors],
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 10.0, 30.0, 31.0, 60.0, 95.0, 400.0]), st.floats(0.0, 1e4, allow_nan=False)),
+        min_size=1,
+        max_size=90,
+    ),
+    st.integers(16, 40),
+    st.integers(0, 89),
+)
+def test_json_carried_from_cycle_to_cycle_is_the_json_rounded_afresh(
+    steps: list[tuple[float, float]], max_points: int, restored_at: int
+) -> None:
+    """`to_json` writes what rounding every value afresh writes, after any run of observations: the same step again
+    (the newer reading wins), skipped steps (the last value held), a history past `max_points` (its oldest dropped),
+    a forecaster restored from its JSON midway (rounded once, then carried), one whose values were replaced."""
+    config = ForecastConfig(step_s=30.0, max_points=max_points)
+    f, now_s = Forecaster(config), 0.0
+    for k, (gap_s, rate) in enumerate(steps):
+        now_s += gap_s
+        f = f.observe(now_s, rate)
+        assert f.to_json() == _rounded_afresh(f)
+        if k == restored_at:
+            f = Forecaster.from_json(f.to_json(), config)
+            assert f.to_json() == _rounded_afresh(f)
+    replaced = dataclasses.replace(f, values=tuple(v + 0.123456789 for v in f.values))
+    assert replaced.to_json() == _rounded_afresh(replaced)
+    assert replaced.observe(now_s + 30.0, 1.0).to_json() == _rounded_afresh(replaced.observe(now_s + 30.0, 1.0))
 
 
 def test_json_of_another_step_restarts_the_history() -> None:

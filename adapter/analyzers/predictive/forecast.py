@@ -177,6 +177,34 @@ class Forecast:
         }
 
 
+def _short(value: float, digits: int) -> float:
+    """`value` as persisted: rounded to `digits` significant digits (the nearest double to that decimal)."""
+    return float(f"{value:.{digits}g}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Persisted:
+    """A forecaster's `values` and `errors` as `to_json` writes them, and the very tuples they were rounded from
+    (`of` trusts them only for those: compared by identity, so a forecaster made any other way rounds afresh)."""
+
+    values_from: tuple[float, ...]
+    values: tuple[float, ...]
+    errors_from: tuple[float, ...]
+    errors: tuple[float, ...]
+
+    @classmethod
+    def of(cls, forecaster: Forecaster) -> _Persisted:
+        known = forecaster.persisted
+        if known is not None and known.values_from is forecaster.values and known.errors_from is forecaster.errors:
+            return known
+        return cls(
+            forecaster.values,
+            tuple(_short(v, 5) for v in forecaster.values),
+            forecaster.errors,
+            tuple(_short(e, 5) for e in forecaster.errors),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Forecaster:
     """One model's demand history and trend state (module docstring). Immutable: `observe` returns a new one."""
@@ -194,6 +222,10 @@ class Forecaster:
     """The last `ERROR_WINDOW` one-step errors (their median absolute value is the robust σ)."""
     period_steps: int | None = None
     since_detect: int = 0
+    persisted: _Persisted | None = field(default=None, compare=False, repr=False)
+    """`values` and `errors` as `to_json` writes them, carried from one `observe` to the next so that a value is
+    rounded once, when it comes, not every cycle: at `max_points` values that took ~180 µs a model a cycle, a
+    third of the shipped default's decide once the histories are full (docs/benchmarks/scale.md, item 12)."""
 
     @property
     def last_s(self) -> float | None:
@@ -242,8 +274,11 @@ class Forecaster:
         values = list(self.values)
         state = (self.level, self.slope, self.variance)
         errors = list(self.errors)
+        known = _Persisted.of(self)
+        short_values, short_errors = list(known.values), list(known.errors)  # the same steps, as persisted
         if steps == 0:
             values[-1] = rate_rps  # same step: the newer reading wins
+            short_values[-1] = _short(rate_rps, 5)
         else:
             state = _rebased(state, values)
             if len(values) > 1:
@@ -254,21 +289,26 @@ class Forecaster:
                 errors.append(_error(state, values[-1]))
                 state = _holt(state, values[-1])
             values.append(rate_rps)
+            short_values += [short_values[-1]] * (steps - 1) + [_short(rate_rps, 5)]
+            short_errors += [_short(e, 5) for e in errors[len(short_errors) :]]
         start_s = self.start_s
         if len(values) > cfg.max_points:
             drop = len(values) - cfg.max_points
             values = values[drop:]
+            short_values = short_values[drop:]
             start_s += drop * cfg.step_s
         level, slope, variance = state
+        kept_values, kept_errors = tuple(values), tuple(errors[-ERROR_WINDOW:])
         out = replace(
             self,
             start_s=start_s,
-            values=tuple(values),
+            values=kept_values,
             level=level,
             slope=slope,
             variance=variance,
-            errors=tuple(errors[-ERROR_WINDOW:]),
+            errors=kept_errors,
             since_detect=self.since_detect + max(steps, 0),
+            persisted=_Persisted(kept_values, tuple(short_values), kept_errors, tuple(short_errors[-ERROR_WINDOW:])),
         )
         if out.since_detect >= cfg.detect_every:
             out = replace(out, period_steps=detect_period(np.asarray(values), cfg), since_detect=0)
@@ -376,14 +416,15 @@ class Forecaster:
     # ------------------------------------------------------------------------------------ persistence
 
     def to_json(self) -> dict[str, Any]:
+        persisted = _Persisted.of(self)
         return {
             "startS": self.start_s,
             "stepS": self.config.step_s,
-            "values": [float(f"{v:.5g}") for v in self.values],
-            "level": float(f"{self.level:.6g}"),
-            "slope": float(f"{self.slope:.6g}"),
-            "variance": float(f"{self.variance:.6g}"),
-            "errors": [float(f"{e:.5g}") for e in self.errors],
+            "values": list(persisted.values),
+            "level": _short(self.level, 6),
+            "slope": _short(self.slope, 6),
+            "variance": _short(self.variance, 6),
+            "errors": list(persisted.errors),
             "periodSteps": self.period_steps,
         }
 
