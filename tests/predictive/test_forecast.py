@@ -16,6 +16,7 @@ from adapter.analyzers.predictive.forecast import (
     ForecastConfig,
     Forecaster,
     detect_period,
+    robust_sigma,
     trend_upper,
 )
 
@@ -207,6 +208,19 @@ def test_json_round_trip_resumes_the_same_forecast() -> None:
     assert again.peak(f.last_s or 0.0, 300.0).peak_rps == pytest.approx(
         f.peak(f.last_s or 0.0, 300.0).peak_rps, rel=1e-3
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=True), min_size=8, max_size=41))
+def test_robust_sigma_is_numpy_median_bit_for_bit(errors: list[float]) -> None:
+    """The robust σ, computed in Python, is 1.4826 × numpy's median of |e| exactly (odd and even counts)."""
+    assert robust_sigma(tuple(errors), 0.0) == 1.4826 * float(np.median(np.abs(np.asarray(errors))))
+
+
+def test_robust_sigma_worked_example_and_few_errors() -> None:
+    """The docstring's example, padded to `MIN_ERRORS` with zeros; below it, the EWMA variance's √."""
+    assert robust_sigma((-1.0, 0.5, 2.0, -0.5, 30.0, 1.0, -1.0, 1.0, 0.0), 9.0) == pytest.approx(1.4826)
+    assert robust_sigma((1.0, 2.0), 9.0) == 3.0
 
 
 def _rounded_afresh(f: Forecaster) -> dict[str, object]:
