@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapter.analyzers.predictive import forecast as forecast_module
 from adapter.analyzers.predictive.forecast import (
     DAMPING,
     ForecastConfig,
@@ -221,6 +222,41 @@ def test_robust_sigma_worked_example_and_few_errors() -> None:
     """The docstring's example, padded to `MIN_ERRORS` with zeros; below it, the EWMA variance's √."""
     assert robust_sigma((-1.0, 0.5, 2.0, -0.5, 30.0, 1.0, -1.0, 1.0, 0.0), 9.0) == pytest.approx(1.4826)
     assert robust_sigma((1.0, 2.0), 9.0) == 3.0
+
+
+def _best_lag_one_by_one(score: np.ndarray, lags: np.ndarray, n: int) -> int | None:
+    """The oracle: `_best_lag`'s rule lag by lag, as `detect_period` applied it before it ran on arrays."""
+    best: tuple[float, int] | None = None
+    lowest = math.inf
+    for i, lag in enumerate(lags.tolist()):
+        value = float(score[i])
+        lowest = min(lowest, value)
+        if value < CFG.min_correlation or value - lowest < forecast_module.MIN_DIP:
+            continue
+        if i + 1 < score.size and value < score[i + 1]:
+            continue
+        if value < forecast_module.STRONG_CORRELATION and n < 2 * lag:
+            continue
+        if best is None or value > best[0] + 0.05:
+            best = (value, lag)
+    return None if best is None else best[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.floats(-1.0, 1.0), st.sampled_from([0.0, -0.0, 0.7, 0.9, 0.95, math.nan])),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(2, 10),
+    st.integers(16, 200),
+)
+def test_best_lag_on_arrays_is_the_lag_by_lag_rule(scores: list[float], first_lag: int, n: int) -> None:
+    """The period search's choice among the lags, run on arrays, is the rule applied lag by lag (ties, local
+    maxima at the last lag, NaN scores, histories under two periods)."""
+    score, lags = np.asarray(scores), np.arange(first_lag, first_lag + len(scores))
+    assert forecast_module._best_lag(score, lags, n, CFG) == _best_lag_one_by_one(score, lags, n)
 
 
 def _rounded_afresh(f: Forecaster) -> dict[str, object]:
