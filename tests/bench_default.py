@@ -11,6 +11,9 @@ as the reconciler decides (`decide_cycle`), in a child process:
 
 * decide CPU, median of `--cycles` cycles with the engine state carried, per configuration and size; learning is
   measured at the first size only (its first cycle fits every variant from scratch: minutes at 10,000 VAs);
+* the same for the predictive configurations once every model's forecaster holds a full history (`full_histories`:
+  `max_points` steps, 4 h at 30 s), the steady state of a `serve` that has run for hours — the first cycles' short
+  histories hid a third of its cost (docs/benchmarks/scale.md, item 12);
 * the first cycle of the learning configuration (every variant's cold-start fit);
 * the event loop while a learning cycle of the first size decides in the reconciler's decide thread
   (`adapter.reconciler.loop._DECIDER`): the longest gap between the wake-ups of a 5-ms ticker, against the
@@ -23,6 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import math
+import random
 import statistics
 import time
 from typing import Any
@@ -70,6 +76,47 @@ async def _stall(decide: Any, args: tuple[Any, ...]) -> tuple[float, float]:
     return longest, time.perf_counter() - started
 
 
+SEASON_STEPS = 60
+"""The synthetic history's period (30 min at 30 s), ±30 % around the model's rate, with 5 % noise."""
+
+
+def full_histories(state: Any, last_s: float) -> Any:
+    """`state` with every model's forecaster (of any analyzer whose memory keeps `models` with one) holding a full
+    history ending at `last_s`: `max_points` steps of a season (`SEASON_STEPS`) around the rate it last saw, 40
+    one-step errors, and the models' period searches spread over `detect_every` cycles, as they are in a `serve`
+    that has run for hours (each model's first cycle is when it was first seen)."""
+    from adapter.analyzers.predictive.forecast import Forecaster
+
+    memories = {}
+    for name, memory in state.analyzers.items():
+        models = getattr(memory, "models", None)
+        if not models:
+            memories[name] = memory
+            continue
+        filled = {}
+        for index, (key, model_state) in enumerate(models.items()):
+            old, rng = model_state.forecaster, random.Random(index)
+            cfg, rate = old.config, (old.values[-1] if old.values else 1.0) or 1.0
+            values = [
+                max(0.0, rate * (1.0 + 0.3 * math.sin(2 * math.pi * i / SEASON_STEPS) + rng.gauss(0.0, 0.05)))
+                for i in range(cfg.max_points)
+            ]
+            doc = {
+                "startS": last_s - (cfg.max_points - 1) * cfg.step_s,
+                "stepS": cfg.step_s,
+                "values": values,
+                "level": values[-1],
+                "slope": 0.0,
+                "variance": (0.05 * rate) ** 2,
+                "errors": [rng.gauss(0.0, 0.05 * rate) for _ in range(40)],
+                "periodSteps": None,
+            }
+            forecaster = dataclasses.replace(Forecaster.from_json(doc, cfg), since_detect=index % cfg.detect_every)
+            filled[key] = dataclasses.replace(model_state, forecaster=forecaster)
+        memories[name] = dataclasses.replace(memory, models=filled)
+    return dataclasses.replace(state, analyzers=memories)
+
+
 def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
     from adapter import engine
     from adapter.domain.snapshot import Snapshot
@@ -93,22 +140,28 @@ def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
             started = time.process_time()
             _, state = decide(snapshot, engine.EngineState(), config, NOW_S - 30)
             first_s = time.process_time() - started
-            cpu_s = []
-            for cycle in range(cycles):
-                started = time.process_time()
-                _, state = decide(snapshot, state, config, NOW_S + 30 * cycle)
-                cpu_s.append(time.process_time() - started)
-            row = {
-                "config": name,
-                "vas": n,
-                "first_cycle_cpu_s": first_s,
-                "median_cpu_ms": statistics.median(cpu_s) * 1e3,
-                "cpu_us_per_va": statistics.median(cpu_s) / n * 1e6,
-            }
-            if name == "learning":
-                args = (snapshot, state, config, NOW_S + 30 * cycles)
-                row["loop_stall_ms"], row["decide_wall_ms"] = (x * 1e3 for x in asyncio.run(_stall(decide, args)))
-            figures["rows"].append(row)
+            now_s = NOW_S
+            for history in ("first cycles",) if name == "v1" else ("first cycles", "full"):
+                if history == "full":  # the same state, its forecasters' histories filled up to the last cycle
+                    state = full_histories(state, now_s - 30)
+                cpu_s = []
+                for _ in range(cycles):
+                    started = time.process_time()
+                    _, state = decide(snapshot, state, config, now_s)
+                    cpu_s.append(time.process_time() - started)
+                    now_s += 30
+                row = {
+                    "config": name,
+                    "vas": n,
+                    "history": history,
+                    "first_cycle_cpu_s": first_s,
+                    "median_cpu_ms": statistics.median(cpu_s) * 1e3,
+                    "cpu_us_per_va": statistics.median(cpu_s) / n * 1e6,
+                }
+                if name == "learning" and history == "full":
+                    args = (snapshot, state, config, now_s)
+                    row["loop_stall_ms"], row["decide_wall_ms"] = (x * 1e3 for x in asyncio.run(_stall(decide, args)))
+                figures["rows"].append(row)
     return figures
 
 
@@ -126,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"decide CPU, median of {figures['cycles']} cycles with the state carried:")
     for row in figures["rows"]:
         print(
-            f"  {row['config']:9s} {row['vas']:>6,} VAs: {row['median_cpu_ms']:8.1f} ms, "
+            f"  {row['config']:9s} {row['vas']:>6,} VAs, {row['history']:12s}: {row['median_cpu_ms']:8.1f} ms, "
             f"{row['cpu_us_per_va']:7.1f} us a VA; first cycle {row['first_cycle_cpu_s']:7.2f} s"
         )
         if "loop_stall_ms" in row:
