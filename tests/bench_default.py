@@ -138,18 +138,17 @@ def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
             if name == "learning" and size_index > 0:
                 continue
             started = time.process_time()
-            _, state = decide(snapshot, engine.EngineState(), config, NOW_S - 30)
+            _, cold = decide(snapshot, engine.EngineState(), config, NOW_S - 30)
             first_s = time.process_time() - started
-            now_s = NOW_S
             for history in ("first cycles",) if name == "v1" else ("first cycles", "full"):
-                if history == "full":  # the same state, its forecasters' histories filled up to the last cycle
-                    state = full_histories(state, now_s - 30)
+                # the same cycles after the same first one, its forecasters' histories filled up to it or not (so
+                # neither meets the learning fleet's re-fit, every 4th cycle: scale.md, "two properties")
+                state = cold if history == "first cycles" else full_histories(cold, NOW_S - 30)
                 cpu_s = []
-                for _ in range(cycles):
+                for cycle in range(cycles):
                     started = time.process_time()
-                    _, state = decide(snapshot, state, config, now_s)
+                    _, state = decide(snapshot, state, config, NOW_S + 30 * cycle)
                     cpu_s.append(time.process_time() - started)
-                    now_s += 30
                 row = {
                     "config": name,
                     "vas": n,
@@ -159,7 +158,7 @@ def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
                     "cpu_us_per_va": statistics.median(cpu_s) / n * 1e6,
                 }
                 if name == "learning" and history == "full":
-                    args = (snapshot, state, config, now_s)
+                    args = (snapshot, state, config, NOW_S + 30 * cycles)
                     row["loop_stall_ms"], row["decide_wall_ms"] = (x * 1e3 for x in asyncio.run(_stall(decide, args)))
                 figures["rows"].append(row)
     return figures
