@@ -1085,6 +1085,8 @@ def max_rates(queries: Sequence[tuple[QueueModel, float, float]]) -> list[Metric
     error names the other end. A query's answer does not depend on the queries beside it once in lockstep, bit for
     bit (no reduction across rows: tests/queueing/test_model.py). An error other than
     the model's own (an `ArithmeticError` of a degenerate solve) propagates, as from `max_rate`."""
+    # An error is an answer here, a value: kept without its traceback, whose frames hold the list of answers that
+    # holds the error — a reference cycle only the cyclic GC frees (docs/benchmarks/scale.md, item 11)
     answers: list[Metrics | InvalidInput | ModelError] = []
     if len(queries) < LOCKSTEP_FROM:
         for model, ttft_ms, itl_ms in queries:
