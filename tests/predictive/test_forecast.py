@@ -297,6 +297,17 @@ def test_json_carried_from_cycle_to_cycle_is_the_json_rounded_afresh(
     assert replaced.observe(now_s + 30.0, 1.0).to_json() == _rounded_afresh(replaced.observe(now_s + 30.0, 1.0))
 
 
+def test_a_level_below_zero_is_persisted_and_restored() -> None:
+    """Holt's level dips below 0 when a rate falls to 0 on a falling trend (the forecast is clamped at 0, the level
+    is not); the JSON it is persisted as must restore, or a fail-over at that moment would start the history afresh.
+    The falsifying example hypothesis found for the property above."""
+    f = fed([0.0, 0.0, 0.0, 1.0, 0.0])
+    f = f.observe(f.last_s + 400.0, 0.0)  # type: ignore[operator]
+    assert f.level < 0
+    again = Forecaster.from_json(f.to_json(), CFG)
+    assert (again.values, again.level) == (f.values, float(f"{f.level:.6g}"))
+
+
 def test_json_of_another_step_restarts_the_history() -> None:
     f = fed([1.0, 2.0, 3.0])
     assert Forecaster.from_json(f.to_json(), ForecastConfig(step_s=15.0)).values == ()

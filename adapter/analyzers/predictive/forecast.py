@@ -454,7 +454,7 @@ class Forecaster:
             config,
             start_s=start if values else None,
             values=tuple(float(v) for v in values),
-            level=_number(data, "level"),
+            level=_number(data, "level", signed=True),  # Holt's level dips below 0 as a rate falls to 0
             slope=_number(data, "slope", signed=True),
             variance=_number(data, "variance"),
             errors=tuple(float(e) for e in errors[-ERROR_WINDOW:]),
