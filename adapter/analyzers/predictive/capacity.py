@@ -28,13 +28,12 @@ exceeds the ITL target, no replica count fixes the ITL of the requests it lands 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import NamedTuple
 
+from adapter.analyzers.predictive.forecast import normal_quantile
 from adapter.analyzers.queueing.model import InvalidInput, Metrics, QueueModel, RequestSize, ServiceParams, max_rates
 from adapter.domain.errors import ModelError
 
@@ -65,14 +64,8 @@ def tightened(
     ttft = slo.ttft_ms
     if ttft > prefill:
         ttft = prefill + (ttft - prefill) / math.log(1.0 / share)
-    z = _normal_quantile(1.0 - share)
+    z = normal_quantile(1.0 - share)
     return Targets(ttft, slo.itl_ms / (1.0 + z * max(itl_cv, 0.0)))
-
-
-@functools.lru_cache(maxsize=8)
-def _normal_quantile(p: float) -> float:
-    """z_p of the standard normal distribution (a few µs; one attainment target a fleet, asked once a variant)."""
-    return NormalDist().inv_cdf(p)
 
 
 class ReplicaQuery(NamedTuple):
