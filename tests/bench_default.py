@@ -85,7 +85,7 @@ def full_histories(state: Any, last_s: float) -> Any:
     history ending at `last_s`: `max_points` steps of a season (`SEASON_STEPS`) around the rate it last saw, 40
     one-step errors, and the models' period searches spread over `detect_every` cycles, as they are in a `serve`
     that has run for hours (each model's first cycle is when it was first seen)."""
-    from adapter.analyzers.predictive.forecast import Forecaster
+    from adapter.analyzers.predictive.forecast import ERROR_WINDOW, Forecaster
 
     memories = {}
     for name, memory in state.analyzers.items():
@@ -108,7 +108,7 @@ def full_histories(state: Any, last_s: float) -> Any:
                 "level": values[-1],
                 "slope": 0.0,
                 "variance": (0.05 * rate) ** 2,
-                "errors": [rng.gauss(0.0, 0.05 * rate) for _ in range(40)],
+                "errors": [rng.gauss(0.0, 0.05 * rate) for _ in range(ERROR_WINDOW)],
                 "periodSteps": None,
             }
             forecaster = dataclasses.replace(Forecaster.from_json(doc, cfg), since_detect=index % cfg.detect_every)

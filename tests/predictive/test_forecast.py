@@ -464,3 +464,69 @@ def test_a_rise_beyond_where_it_went_before_keeps_its_slope() -> None:
     forecast = seen.peak(seen.last_s or 0.0, 300.0)
     assert forecast.seen_rise_rps is None
     assert forecast.trend_rps > 45.0
+
+
+def _series(rng: np.random.Generator, n: int, kind: int) -> np.ndarray:
+    """One of four loads the period search meets: a sine with noise, noise alone, periodic bursts, Poisson counts."""
+    t, base = np.arange(n), rng.uniform(0.1, 50.0)
+    if kind == 0:
+        period = int(rng.integers(4, 120))
+        y = base * (1 + rng.uniform(0, 0.6) * np.sin(2 * np.pi * t / period)) + rng.normal(0, 0.2 * base, n)
+    elif kind == 1:
+        y = base + rng.normal(0, rng.uniform(0, 0.5) * base, n)
+    elif kind == 2:
+        y, period = np.full(n, base), int(rng.integers(5, 100))
+        for start in range(int(rng.integers(0, period)), n, period):
+            y[start : start + int(rng.integers(1, 8))] += rng.uniform(1, 10) * base
+    else:
+        y = rng.poisson(base, n).astype(float)
+    return np.maximum(y, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.lists(st.sampled_from([17, 40, 61, 200, 480]), min_size=1, max_size=24))
+def test_period_searches_together_find_what_each_finds_alone(seed: int, lengths: list[int]) -> None:
+    """`detect_periods` searches the histories of one length as the rows of one array; each row's period is the one
+    its history has searched alone, whatever else is searched beside it (lengths mixed, periods and none)."""
+    rng = np.random.default_rng(seed)
+    histories = [tuple(_series(rng, n, i % 4).tolist()) for i, n in enumerate(lengths)]
+    together = forecast_module.detect_periods(histories, CFG)
+    assert together == [detect_period(np.asarray(h), CFG) for h in histories]
+    assert together == [forecast_module.detect_periods([h], CFG)[0] for h in reversed(histories)][::-1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(17, 480), st.integers(1, 12))
+def test_the_lines_and_clipping_of_many_rows_are_numpys_row_by_row(seed: int, n: int, rows: int) -> None:
+    """The detrending line of every row is `np.polyfit(t, row, 1)` bit for bit, and the clipping before it is the
+    row's own median ± 3 robust σ (`np.median` of the row, as the search computed it one history at a time)."""
+    rng = np.random.default_rng(seed)
+    raw = np.array([_series(rng, n, i % 4) for i in range(rows)])
+    clipped = forecast_module._clipped(raw)
+    slopes, intercepts = forecast_module._lines(clipped)
+    t = np.arange(n, dtype=np.float64)
+    for i in range(rows):
+        median = float(np.median(raw[i]))
+        sigma = 1.4826 * float(np.median(np.abs(raw[i] - median)))
+        alone = np.clip(raw[i], median - 3.0 * sigma, median + 3.0 * sigma)
+        assert np.array_equal(clipped[i], alone)
+        slope, intercept = np.polyfit(t, alone, 1)
+        assert (slopes[i], intercepts[i]) == (slope, intercept)
+
+
+def test_observing_is_advancing_then_the_search_when_due() -> None:
+    """`observe` = `advance` (the history and the trend) and, every `detect_every` steps, the period search, which
+    `with_periods` does for many forecasters together: the same forecasters either way, step after step."""
+    rng, t = np.random.default_rng(5), np.arange(60)
+    rates = [10 + 8.0 * (t % 12 < 3), 10 + 5 * np.sin(2 * np.pi * t / 15), rng.poisson(10.0, 60).astype(float)]
+    one_by_one = [Forecaster(CFG) for _ in rates]
+    together = [Forecaster(CFG) for _ in rates]
+    for step in range(60):
+        now_s = step * CFG.step_s
+        one_by_one = [f.observe(now_s, float(r[step])) for f, r in zip(one_by_one, rates, strict=True)]
+        advanced = [f.advance(now_s, float(r[step])) for f, r in zip(together, rates, strict=True)]
+        assert [f.search_due for f in advanced] == [step > 0 and step % CFG.detect_every == 0] * 3
+        together = forecast_module.with_periods(advanced)
+        assert together == one_by_one
+        assert not any(f.search_due for f in together)
+    assert [f.period_steps for f in together] == [12, 15, None]  # the searches were made, and found

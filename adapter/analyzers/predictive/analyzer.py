@@ -72,7 +72,7 @@ from typing import Any, NamedTuple
 from adapter.analyzers import memory as state_json
 from adapter.analyzers.predictive.attainment import CYCLE_S, Controller
 from adapter.analyzers.predictive.capacity import ReplicaQuery, Targets, chunk_advice, per_replica_rps, tightened
-from adapter.analyzers.predictive.forecast import ForecastConfig, Forecaster
+from adapter.analyzers.predictive.forecast import ForecastConfig, Forecaster, with_periods
 from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.analyzer import LEARNED_SECTION as FILTER_SECTION
@@ -168,8 +168,11 @@ class Prepared:
     and each variant's λ* at the tightened targets (step 7; all 0 without an SLO or a size)."""
 
     state: ModelState
+    """As restored, its forecaster with this cycle's arrivals (step 3 up to the forecast itself)."""
     restore_notes: tuple[str, ...]
     observed: Observed
+    reported: bool
+    """Whether any pod reported an arrival rate (`_arrivals_reported`); if not, the forecaster did not observe."""
     learned: Mapping[str, ekf.FilterState]
     learn_notes: tuple[str, ...]
     params: Mapping[str, tuple[ServiceParams | None, str]]
@@ -334,7 +337,8 @@ class _Cycle:
 
 
 class _Restored(NamedTuple):
-    """One model as `_prepare` starts it: restored (with the notes), observed, and its variants that learn."""
+    """One model as `_prepare` starts it: restored (with the notes), observed (its forecaster too, when any pod
+    reported an arrival rate, but for the period search), and its variants that learn."""
 
     model: ModelInput
     config: QueueingConfig
@@ -342,6 +346,7 @@ class _Restored(NamedTuple):
     filters: dict[str, ekf.FilterState]
     notes: list[str]
     observed: Observed
+    reported: bool
     learners: list[str]
 
 
@@ -363,11 +368,16 @@ def _prepare(
     restored: list[_Restored] = []
     for model, cfg in models:
         try:
-            restored.append(_restore_and_observe(model, cfg, memory, step_s=step_s))
+            restored.append(_restore_and_observe(model, cfg, memory, now_s=now_s, step_s=step_s))
         except Exception:
             if alone:
                 raise
             continue  # raised again by the model's own analysis, as its error
+    searched = with_periods([r.state.forecaster for r in restored])  # the period searches due, all at once
+    restored = [
+        r if f is r.state.forecaster else r._replace(state=replace(r.state, forecaster=f))
+        for r, f in zip(restored, searched, strict=True)
+    ]
     jobs = [(r.filters.get(name), r.observed.variants[name]) for r in restored for name in r.learners]
     outcomes = iter(ekf.learn_many(jobs, now_s=now_s))
     sized: list[tuple[ModelKey, Prepared, list[tuple[str, ReplicaQuery]]]] = []
@@ -387,11 +397,17 @@ def _prepare(
 
 
 def _restore_and_observe(
-    model: ModelInput, cfg: QueueingConfig, memory: PredictiveMemory, *, step_s: float
+    model: ModelInput, cfg: QueueingConfig, memory: PredictiveMemory, *, now_s: float, step_s: float
 ) -> _Restored:
+    """One model restored, its workload observed (step 1), and this cycle's arrivals in its forecaster (step 3,
+    but for the period search it may make due: `_prepare` does those together)."""
     state, filters, notes = _restore(model, memory, ForecastConfig(step_s=step_s, quantile=cfg.forecast_quantile))
     learners = [v.key.name for v in model.views if _learns(v, cfg)]
-    return _Restored(model, cfg, state, filters, notes, observe(model.views, model.pods), learners)
+    observed = observe(model.views, model.pods)
+    reported = _arrivals_reported(model)
+    if reported:
+        state = replace(state, forecaster=state.forecaster.advance(now_s, observed.model.total_arrival_rps))
+    return _Restored(model, cfg, state, filters, notes, observed, reported, learners)
 
 
 def _sized(r: _Restored, outcomes: Mapping[str, ekf.Outcome | None]) -> tuple[Prepared, list[tuple[str, ReplicaQuery]]]:
@@ -402,7 +418,10 @@ def _sized(r: _Restored, outcomes: Mapping[str, ekf.Outcome | None]) -> tuple[Pr
     slo = resolve_slo(r.config, [p for p, _ in params.values() if p is not None], r.observed.model)
     asked = _capacity_queries(r.model.views, r.observed, params, slo=slo, size=size, cfg=r.config)
     at_zero = {v.key.name: 0.0 for v in r.model.views}
-    return Prepared(r.state, tuple(r.notes), r.observed, learned, tuple(learn_notes), params, slo, size, at_zero), asked
+    prepared = Prepared(
+        r.state, tuple(r.notes), r.observed, r.reported, learned, tuple(learn_notes), params, slo, size, at_zero
+    )
+    return prepared, asked
 
 
 def _capacity_queries(
@@ -485,7 +504,8 @@ def _measure(model: ModelInput, cfg: QueueingConfig, prepared: Prepared, now_s: 
     notes = list(prepared.learn_notes)
     startup = _startup_samples(views, state)
     leads = _leads(startup, cfg)
-    demand = _demand(model, observed, state.forecaster, cfg, lead_s=max(leads.values(), default=0.0), now_s=now_s)
+    lead_s = max(leads.values(), default=0.0)
+    demand = _demand(model, observed, state.forecaster, prepared.reported, cfg, lead_s=lead_s, now_s=now_s)
     if not demand.reported:
         notes.append(UNREPORTED_NOTE)
     ready = {v.key.name: (v.target.ready_replicas if v.target else 0) for v in views}
@@ -613,17 +633,16 @@ def _demand(
     model: ModelInput,
     observed: Observed,
     forecaster: Forecaster,
+    reported: bool,
     cfg: QueueingConfig,
     *,
     lead_s: float,
     now_s: float,
 ) -> _Demand:
-    """Steps 3–5: arrivals, their forecast over the lead, and the backlog to drain (req/s)."""
+    """Steps 3–5: arrivals, their forecast over the lead, and the backlog to drain (req/s). The `forecaster` has
+    observed this cycle's arrivals when any pod `reported` them (`_prepare`)."""
     arrival = observed.model.total_arrival_rps
     backlog = _backlog(model)
-    reported = _arrivals_reported(model)
-    if reported:
-        forecaster = forecaster.observe(now_s, arrival)
     lead_s = lead_s or cfg.startup_time_s
     forecast = forecaster.peak(now_s, lead_s)
     backlog_rps = backlog / cfg.backlog_drain_time_s

@@ -265,7 +265,18 @@ class Forecaster:
         return _rise_from(values, values[-1], steps) if values else 0.0
 
     def observe(self, now_s: float, rate_rps: float) -> Forecaster:
-        """One cycle's arrival rate. A non-finite or negative rate is ignored (the history stays as it was).
+        """One cycle's arrival rate (`advance`), and the period search when it is due (`with_periods` does the
+        searches of many forecasters at once)."""
+        return with_periods([self.advance(now_s, rate_rps)])[0]
+
+    @property
+    def search_due(self) -> bool:
+        """Whether `detect_every` steps have passed since the last period search."""
+        return self.since_detect >= self.config.detect_every
+
+    def advance(self, now_s: float, rate_rps: float) -> Forecaster:
+        """One cycle's arrival rate, without the period search it may make due (`search_due`). A non-finite or
+        negative rate is ignored (the history stays as it was).
 
         The trend state covers every step but the last: the last step's value may still be replaced by a later
         reading in the same step, and is folded in when the next step begins (and, provisionally, by `peak`)."""
@@ -304,7 +315,7 @@ class Forecaster:
         errors = (self.errors + tuple(added_errors))[-ERROR_WINDOW:]
         short_errors = (known.errors + tuple(_short(e, 5) for e in added_errors))[-ERROR_WINDOW:]
         level, slope, variance = state
-        out = replace(
+        return replace(
             self,
             start_s=start_s,
             values=values,
@@ -315,9 +326,6 @@ class Forecaster:
             since_detect=self.since_detect + max(steps, 0),
             persisted=_Persisted(values, short_values, errors, short_errors),
         )
-        if out.since_detect >= cfg.detect_every:
-            out = replace(out, period_steps=detect_period(np.asarray(values), cfg), since_detect=0)
-        return out
 
     @staticmethod
     def _fold(state: tuple[float, float, float], value: float, count: int) -> tuple[float, float, float]:
@@ -470,6 +478,21 @@ class Forecaster:
         )
 
 
+def with_periods(forecasters: Sequence[Forecaster]) -> list[Forecaster]:
+    """The forecasters, those whose period search is due (`Forecaster.search_due`) with it done: the searches of
+    one configuration together (`detect_periods`)."""
+    out = list(forecasters)
+    due: dict[ForecastConfig, list[int]] = {}
+    for index, forecaster in enumerate(out):
+        if forecaster.search_due:
+            due.setdefault(forecaster.config, []).append(index)
+    for config, indices in due.items():
+        periods = detect_periods([out[i].values for i in indices], config)
+        for index, period in zip(indices, periods, strict=True):
+            out[index] = replace(out[index], period_steps=period, since_detect=0)
+    return out
+
+
 def _rise_from(values: Sequence[float], present: float, steps: int) -> float:
     """`Forecaster.recurring_rise` from the rate `present` over `values`, a lead of `steps` (its docstring)."""
     n = len(values)
@@ -544,46 +567,78 @@ def robust_sigma(errors: tuple[float, ...], variance: float) -> float:
     return 1.4826 * median
 
 
-def detect_period(values: np.ndarray, config: ForecastConfig) -> int | None:
+def detect_period(values: np.ndarray | Sequence[float], config: ForecastConfig) -> int | None:
     """The period of `values` in steps, or None (module docstring: the best local maximum of the lagged
     Pearson correlation, over ≥ `min_overlap` steps and ≥ 1.5 periods of history, at ≥ `min_correlation`).
 
     All lags at once in O(n log n): the cross sums Σ x_i·x_(i+L) from one FFT, the slices' sums and sums of
     squares from prefix sums. Example: a flat 4 req/s with a 30 req/s block of 4 steps every 30 steps, 50 steps
     long ⇒ 30."""
-    raw = np.asarray(values, dtype=np.float64)
-    level = float(np.mean(raw))
-    if raw.size < 2 * config.min_overlap + 1 or level <= 0 or float(np.std(raw)) < 0.1 * level:
-        return None
-    n = raw.size
-    t = np.arange(n, dtype=np.float64)
-    slope, intercept = np.polyfit(t, _clipped(raw), 1)
-    x = raw - (slope * t + intercept)  # detrended: a ramp correlates with itself at every lag, its residue does not
-    if float(np.std(x)) < 0.05 * level:
-        return None
-    mean = 0.0
+    return detect_periods([values], config)[0]
+
+
+def detect_periods(histories: Sequence[np.ndarray | Sequence[float]], config: ForecastConfig) -> list[int | None]:
+    """`detect_period` of every history, in order. The histories of one length are searched as the rows of one
+    array, so that each of the search's ~25 array calls serves every model due for a search this cycle: one by
+    one, the ~67 searches of a 1,000-VA cycle (full histories, one model in five searched a cycle) took ~35 ms,
+    ~500 µs each where one alone takes ~300 (docs/benchmarks/scale.md, item 13).
+
+    Each row gets what it would get alone, bit for bit: numpy's reductions along a row (mean, std, cumsum),
+    its medians and its forward FFT compute a row of a 2-D array as they compute it alone, and every other step
+    is element by element; the two that do not — the inverse FFT and the line's least squares (LAPACK solves
+    many right-hand sides together differently) — run a row at a time (a property in the tests)."""
+    periods: list[int | None] = [None] * len(histories)
+    by_length: dict[int, list[int]] = {}
+    for index, values in enumerate(histories):
+        by_length.setdefault(len(values), []).append(index)
+    for n, indices in by_length.items():
+        if n < 2 * config.min_overlap + 1:
+            continue
+        raw = np.array([histories[i] for i in indices], dtype=np.float64).reshape(len(indices), n)
+        for index, period in zip(indices, _periods(raw, config), strict=True):
+            periods[index] = period
+    return periods
+
+
+def _periods(raw: np.ndarray, config: ForecastConfig) -> list[int | None]:
+    """`detect_period` of each row of `raw` (rows × n steps, n ≥ 2·`min_overlap` + 1)."""
+    rows, n = raw.shape
+    level = raw.mean(axis=1)
+    searched = np.flatnonzero((level > 0) & ~(raw.std(axis=1) < 0.1 * level))  # a series that varies at all
+    answers: list[int | None] = [None] * rows
     longest = min(math.floor(n / 1.5), n - config.min_overlap)
-    if longest < config.min_period_steps:
-        return None
-    centred = x - mean  # shifting by a constant changes no correlation and keeps the sums well conditioned
-    spectrum = np.fft.rfft(centred, 2 * n)
-    cross = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[: n + 1]
-    s1 = np.concatenate(([0.0], np.cumsum(centred)))
-    s2 = np.concatenate(([0.0], np.cumsum(centred * centred)))
+    if not searched.size or longest < config.min_period_steps:
+        return answers
+    raw, level = raw[searched], level[searched]
+    t = np.arange(n, dtype=np.float64)
+    slope, intercept = _lines(_clipped(raw))
+    x = raw - (slope[:, None] * t + intercept[:, None])  # detrended: a ramp correlates with itself at every lag
+    keep = np.flatnonzero(~(x.std(axis=1) < 0.05 * level))
+    if not keep.size:
+        return answers
+    searched, raw, level, centred = searched[keep], raw[keep], level[keep], x[keep]
+    spectrum = np.fft.rfft(centred, 2 * n, axis=1)
+    power = spectrum * np.conj(spectrum)
+    cross = np.array([np.fft.irfft(row, 2 * n)[: n + 1] for row in power])
+    zeros = np.zeros((centred.shape[0], 1))
+    s1 = np.concatenate((zeros, np.cumsum(centred, axis=1)), axis=1)
+    s2 = np.concatenate((zeros, np.cumsum(centred * centred, axis=1)), axis=1)
     lags = np.arange(config.min_period_steps, longest + 1)
     m = n - lags
-    sum_a, sum_b = s1[m], s1[n] - s1[lags]
-    sq_a, sq_b = s2[m], s2[n] - s2[lags]
-    cov = cross[lags] / m - (sum_a / m) * (sum_b / m)
+    sum_a, sum_b = s1[:, m], s1[:, n, None] - s1[:, lags]
+    sq_a, sq_b = s2[:, m], s2[:, n, None] - s2[:, lags]
+    cov = cross[:, lags] / m - (sum_a / m) * (sum_b / m)
     var_a = np.maximum(sq_a / m - (sum_a / m) ** 2, 0.0)
     var_b = np.maximum(sq_b / m - (sum_b / m) ** 2, 0.0)
     denom = np.sqrt(var_a * var_b)
+    floor = 1e-12 * level[:, None] * level[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        score = np.where(denom > 1e-12 * level * level, cov / denom, 0.0)
-    best = _best_lag(score, lags, n, config)
-    if best is None or not _repeats(raw, best):
-        return None
-    return best
+        score = np.where(denom > floor, cov / denom, 0.0)
+    for row, index in enumerate(searched.tolist()):
+        best = _best_lag(score[row], lags, n, config)
+        if best is not None and _repeats(raw[row], best):
+            answers[index] = best
+    return answers
 
 
 def _best_lag(score: np.ndarray, lags: np.ndarray, n: int, config: ForecastConfig) -> int | None:
@@ -609,15 +664,36 @@ def _best_lag(score: np.ndarray, lags: np.ndarray, n: int, config: ForecastConfi
 
 
 def _clipped(raw: np.ndarray) -> np.ndarray:
-    """The series clipped to its median ± `CLIP_SIGMAS` robust σ (1.4826 × the median absolute deviation), for
-    fitting the line `detect_period` removes: a ramp's spread is its own and is kept, a burst is not allowed to
-    tilt the line. Fitted to the raw series, one 4-step burst in 51 steps of flat noise tilted it enough that the
-    two ends' residuals were two parallel slopes, correlating at 0.91 over 17 steps — a period made of noise.
+    """Each row of `raw` clipped to its median ± `CLIP_SIGMAS` robust σ (1.4826 × the median absolute deviation),
+    for fitting the line `detect_period` removes: a ramp's spread is its own and is kept, a burst is not allowed
+    to tilt the line. Fitted to the raw series, one 4-step burst in 51 steps of flat noise tilted it enough that
+    the two ends' residuals were two parallel slopes, correlating at 0.91 over 17 steps — a period made of noise.
     Example: 17 ± 0.8 req/s with 102 at four steps ⇒ median 17.0, σ 0.79 ⇒ the burst is fitted as 19.3."""
-    median = float(np.median(raw))
-    sigma = _mad_sigma(raw - median)
+    median = np.median(raw, axis=1, keepdims=True)
+    sigma = 1.4826 * np.median(np.abs(raw - median), axis=1, keepdims=True)  # `_mad_sigma` of each row
     clipped: np.ndarray = np.clip(raw, median - CLIP_SIGMAS * sigma, median + CLIP_SIGMAS * sigma)
     return clipped
+
+
+def _lines(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares line through each row (y over steps 0 … n − 1): slopes and intercepts, each what
+    `np.polyfit(t, row, 1)` answers, bit for bit: the same scaled design matrix (made once per length) and the same
+    LAPACK solve, one right-hand side at a time (solved together, LAPACK rounds differently)."""
+    lhs, scale, rcond = _line_design(rows.shape[1])
+    fits = np.array([np.linalg.lstsq(lhs, row + 0.0, rcond=rcond)[0] for row in rows]) / scale
+    return fits[:, 0], fits[:, 1]
+
+
+@functools.lru_cache(maxsize=4)
+def _line_design(n: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """`np.polyfit`'s design matrix for a line through n steps, scaled by its columns' norms, the norms, and its
+    `rcond` (n·ε)."""
+    lhs = np.vander(np.arange(n, dtype=np.float64) + 0.0, 2)
+    scale = np.sqrt((lhs * lhs).sum(axis=0))
+    lhs /= scale
+    lhs.flags.writeable = False
+    scale.flags.writeable = False
+    return lhs, scale, float(n * np.finfo(np.float64).eps)
 
 
 def _repeats(raw: np.ndarray, period: int) -> bool:
