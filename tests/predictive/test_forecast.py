@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from adapter.analyzers.predictive import forecast as forecast_module
@@ -530,3 +530,56 @@ def test_observing_is_advancing_then_the_search_when_due() -> None:
         assert together == one_by_one
         assert not any(f.search_due for f in together)
     assert [f.period_steps for f in together] == [12, 15, None]  # the searches were made, and found
+
+
+def _seasonal_step_by_step(values: tuple[float, ...], period: int, k: int) -> float | None:
+    """The oracle: the seasonal forecast k steps ahead as the module docstring states it, one step at a time."""
+    n, samples = len(values), []
+    for cycle in range(1, forecast_module.SEASONAL_CYCLES + 1):
+        centre = n - 1 + k - cycle * period
+        low, high = max(centre - 1, 0), min(centre + 2, n)
+        if low < high:
+            samples.append(max(values[low:high]))
+    return sum(samples) / len(samples) if samples else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1e4, allow_nan=False, allow_subnormal=True), min_size=1, max_size=200),
+    st.integers(2, 80),
+    st.integers(0, 12),
+    st.integers(0, 30),
+)
+def test_the_seasonal_forecast_is_the_stated_mean_at_every_step(
+    values: list[float], period: int, first: int, lead: int
+) -> None:
+    """`_seasonal` for k = first … first + lead is, at every step, the mean of the highest values around the steps
+    one, two and three periods before (None where none is in the history), bit for bit, whether every window lies
+    whole in the history (its fast path) or some run off either end."""
+    f = dataclasses.replace(fed(values), period_steps=period)
+    held = tuple(f.values)
+    want = [_seasonal_step_by_step(held, period, k) for k in range(first, first + lead + 1)]
+    assert f._seasonal(first, first + lead) == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.floats(0.0, 1e4),
+    st.floats(-1e4, 1e4),
+    st.floats(-1e3, 1e3),
+    st.floats(0.0, 1e3),
+    st.integers(0, 5),
+    st.integers(0, 40),
+    st.floats(0.5, 0.999),
+)
+@example(0.0, 10.0, -0.5, 0.0, 0, 5, 0.9)  # falling, no spread: the first step is the highest
+@example(0.0, 10.0, -0.2, 0.5, 0, 40, 0.9)  # falls, then rises under the widening spread: the first is highest
+def test_the_highest_trend_over_the_lead_is_the_highest_step(
+    current: float, level: float, slope: float, sigma: float, first: int, lead: int, quantile: float
+) -> None:
+    """`_highest_trend` evaluates only the last step when the slope is ≥ 0: it is the highest of the present and
+    every step's `trend_upper`, as evaluating each step finds, for rising, flat and falling slopes."""
+    z = ForecastConfig(quantile=quantile).z
+    ahead = range(max(first, 1), first + lead + 1)
+    every = max([current, *(trend_upper(level, slope, sigma, k, z) for k in ahead)])
+    assert forecast_module._highest_trend(current, level, slope, sigma, ahead=ahead, z=z) == every

@@ -348,12 +348,12 @@ class Forecaster:
         level, slope, variance = self._fold(state, current, len(self.values))
         sigma = robust_sigma(self.errors, variance)
         ahead = range(max(offset, 1), horizon + 1)
-        seasonal = self._seasonal(offset, horizon)
-        foreseen = slope > 0 and seasonal is not None and self._explained(current, offset)
+        by_step = self._seasonal(offset, horizon)  # k = offset (now) … horizon
+        seasonal = max((value for value in by_step if value is not None), default=None)
+        foreseen = slope > 0 and seasonal is not None and _explained(current, by_step[0])
         seen = self._seen_rise(current, horizon - offset) if slope > 0 and not foreseen else None
         extrapolated = 0.0 if foreseen else slope  # the season foresaw the rise: its forecast carries it
-        z = cfg.z  # an inverse normal CDF: once a forecast, not once a step ahead
-        trend = max([current, *(trend_upper(level, extrapolated, sigma, k, z) for k in ahead)])
+        trend = _highest_trend(current, level, extrapolated, sigma, ahead=ahead, z=cfg.z)
         if seen is not None:  # a rise seen before: extrapolated fast, but not past where it went
             trend = min(trend, max(current, seen))
         peak = max(trend, seasonal or 0.0, current)
@@ -372,13 +372,6 @@ class Forecaster:
             rise_foreseen=foreseen,
             seen_rise_rps=seen,
         )
-
-    def _explained(self, current: float, offset: int) -> bool:
-        """Whether the season foresaw the present: the current rate is at most `SEASON_TOLERANCE` above the
-        seasonal forecast for now. Then the trend's slope is the season's own rise (a burst's onset, the morning
-        of a day) and extrapolating it would count the rise twice; a rise beyond the season keeps the slope."""
-        now = self._seasonal(offset, offset)
-        return now is not None and current <= now * (1.0 + SEASON_TOLERANCE)
 
     def _seen_rise(self, current: float, steps: int) -> float | None:
         """Where a rise under way went before, when the history has seen it recur; else None.
@@ -407,13 +400,26 @@ class Forecaster:
             return (start + rise) * (1.0 + SEASON_TOLERANCE)
         return None
 
-    def _seasonal(self, first: int, horizon: int) -> float | None:
+    def _seasonal(self, first: int, horizon: int) -> list[float | None]:
+        """The seasonal forecast k steps ahead for k = first … horizon (module docstring: the mean of the highest
+        value around the step one, two and three periods before; None where the history holds none of them, and
+        everywhere without a period)."""
         period = self.period_steps
         if period is None:
-            return None
+            return [None] * (horizon - first + 1)
         values = self.values
         n = len(values)
-        best: float | None = None
+        if horizon < period and n - 2 + first - SEASONAL_CYCLES * period >= 0:
+            # Every step's window lies whole in the history (a full history, a period longer than the lead): each
+            # cycle's windows are the consecutive triples of one slice, and every step has all its samples. The
+            # same maxima and the same sums in the same order as the loop below, at a third of its cost.
+            cycles = []
+            for cycle in range(1, SEASONAL_CYCLES + 1):
+                low = n - 2 + first - cycle * period  # the first step's window starts here
+                seen = values[low : low + horizon - first + 3]
+                cycles.append(map(max, seen, seen[1:], seen[2:]))
+            return [sum(samples) / SEASONAL_CYCLES for samples in zip(*cycles, strict=True)]
+        means: list[float | None] = []
         for k in range(first, horizon + 1):
             samples = []
             for cycle in range(1, SEASONAL_CYCLES + 1):
@@ -421,10 +427,8 @@ class Forecaster:
                 low, high = max(centre - 1, 0), min(centre + 2, n)  # the steps around it that exist
                 if low < high:
                     samples.append(max(values[low:high]))
-            if samples:
-                value = sum(samples) / len(samples)
-                best = value if best is None else max(best, value)
-        return best
+            means.append(sum(samples) / len(samples) if samples else None)
+        return means
 
     # ------------------------------------------------------------------------------------ persistence
 
@@ -519,6 +523,29 @@ def _rise_from(values: Sequence[float], present: float, steps: int) -> float:
     high = min(low + 1, count - 1)
     rise = float(rises[low] + (rises[high] - rises[low]) * (position - low))
     return rise if rise > 0 and rise >= RISE_MATERIAL * present else 0.0
+
+
+def _explained(current: float, seasonal_now: float | None) -> bool:
+    """Whether the season foresaw the present: the current rate is at most `SEASON_TOLERANCE` above the seasonal
+    forecast for now. Then the trend's slope is the season's own rise (a burst's onset, the morning of a day) and
+    extrapolating it would count the rise twice; a rise beyond the season keeps the slope."""
+    return seasonal_now is not None and current <= seasonal_now * (1.0 + SEASON_TOLERANCE)
+
+
+def _highest_trend(current: float, level: float, slope: float, sigma: float, *, ahead: range, z: float) -> float:
+    """The present rate or the trend's upper quantile k steps ahead (`trend_upper`), whichever is highest over
+    k in `ahead`.
+
+    When the slope is ≥ 0 every term of `trend_upper` is non-decreasing in k (φᵏ falls; σ ≥ 0 and z ≥ 0, as the
+    quantile is ≥ 0.5), and so is each rounded operation on them: the last step is the highest, one evaluation
+    instead of one a step (a lead of 10 steps: 10). A falling slope against a widening spread can peak anywhere,
+    and every step is evaluated. Example: level 10, slope 1, σ 1, z 1.2816, steps 1–3 ⇒ 12.23, 13.42, 14.52 ⇒
+    14.52."""
+    if not ahead:
+        return current
+    if slope >= 0 and sigma >= 0 and z >= 0:
+        return max(current, trend_upper(level, slope, sigma, ahead[-1], z))
+    return max([current, *(trend_upper(level, slope, sigma, k, z) for k in ahead)])
 
 
 def trend_upper(level: float, slope: float, sigma: float, k: int, z: float) -> float:
