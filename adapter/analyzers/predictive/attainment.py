@@ -126,16 +126,20 @@ class Controller:
         `backlog`: requests waiting now (an overload lasts until the backlog it left is drained); `arrival_rps`:
         the arrival rate (the backlog's yardstick, `BACKLOG_S`); `elapsed_s`: the time since the model's last
         cycle (τ)."""
-        if capacity_change or self.settled_since_s is None:
-            state = replace(self, settled_since_s=now_s, change=(capacity_change > 0) - (capacity_change < 0))
-        else:
-            state = self
+        settled_since_s, change = self.settled_since_s, self.change
+        if capacity_change or settled_since_s is None:
+            settled_since_s, change = now_s, (capacity_change > 0) - (capacity_change < 0)
         growing = backlog > self.backlog and backlog >= max(1.0, BACKLOG_S * arrival_rps)
         overloaded = load > OVERLOAD or growing or (self.overloaded and backlog >= 1.0)
-        state = replace(state, overloaded=overloaded, backlog=backlog)
-        if overloaded:
-            state = replace(state, overloaded_at_s=now_s)
-        state = replace(state, last_measured=measured)
+        state = replace(
+            self,
+            settled_since_s=settled_since_s,
+            change=change,
+            overloaded=overloaded,
+            backlog=backlog,
+            overloaded_at_s=now_s if overloaded else self.overloaded_at_s,
+            last_measured=measured,
+        )
         if measured is None or not math.isfinite(measured) or completions < MIN_REQUESTS:
             return replace(state, hold="no evidence (too few requests in the window)")
         error = target - measured
