@@ -927,7 +927,7 @@ def _arrivals_reported(model: ModelInput) -> bool:
 
 def _backlog(model: ModelInput) -> float:
     """Requests waiting: in the pods' queues and in the EPP's flow-control queue."""
-    waiting = sum(usable(p.queue_length) for p in model.all_pods())
+    waiting = sum([usable(p.queue_length) for p in model.all_pods()])  # a list: ~10 pods a VA, every cycle
     epp = model.traffic.epp_queue_size if model.traffic is not None else None
     return waiting + (usable(epp) if epp is not None else 0.0)
 
