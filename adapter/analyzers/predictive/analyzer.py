@@ -1,8 +1,8 @@
 """The predictive, attainment-aware analyzer (issue 18): capacity for the demand a startup ahead, sized for the
 per-request SLO and corrected by the attainment actually delivered.
 
-Per model, each cycle (read from the top; `Predictive.prepare` does the restore, steps 1–2 and step 7's λ* for
-every model of the fleet at once, `_prepare`, and `Predictive.analyze` the rest, `_measure`):
+Per model, each cycle (read from the top; `Predictive.prepare` does the restore, steps 1–2, step 4's observation
+and step 7's λ* for every model of the fleet at once, `_prepare`, and `Predictive.analyze` the rest, `_measure`):
 
     Predictive.prepare / analyze
       restore           the model's state (forecaster, controller, request size, startup samples) from memory,
@@ -14,7 +14,8 @@ every model of the fleet at once, `_prepare`, and `Predictive.analyze` the rest,
         2. ekf.learn          each variant without a profile: its filter takes one observation per busy pod
                               (every variant of the fleet in one lockstep, `ekf.learn_many`)
         3. backlog            B = Σ waiting requests of the pods + the EPP queue
-        4. forecast           the forecaster takes Σλ; its peak over [now, now + lead] (forecast.py), lead = the
+        4. forecast           the forecaster takes Σλ (the period searches due, of every model of the fleet, in
+                              one call: `with_periods`); its peak over [now, now + lead] (forecast.py), lead = the
                               largest p90 startup of the model's variants (learned from their pods; before 10
                               samples, the longest of them or the prior — a sibling's p90 of ≥ 10 samples, else
                               `startupTime` — whichever is longer)
@@ -190,9 +191,10 @@ class PredictiveMemory:
     variants: Mapping[ModelKey, frozenset[str]] = field(default_factory=dict)
     """The VAs of each remembered model (a model is forgotten when none of them is decided)."""
     prepared: Mapping[ModelKey, Prepared] = field(default_factory=dict)
-    """This cycle's restore, steps 1–2 and λ*, done for every model at once by `Predictive.prepare` (a model missing
-    here does them alone in its `analyze`). Only in the memory the analyses get: never persisted, never carried to
-    the next cycle (`MemoryKeeper.next` starts from the engine state's memory)."""
+    """This cycle's restore, steps 1–2, step 4's observation and λ*, done for every model at once by
+    `Predictive.prepare` (a model missing here does them alone in its `analyze`). Only in the memory the analyses
+    get: never persisted, never carried to the next cycle (`MemoryKeeper.next` starts from the engine state's
+    memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +289,9 @@ class Predictive:
     def prepare(
         self, models: Sequence[tuple[ModelInput, QueueingConfig]], memory: PredictiveMemory, now_s: float
     ) -> PredictiveMemory:
-        """The restore, steps 1–2 and λ* of every model at once (`_prepare`): the filters of every variant that
-        learns in one lockstep (`ekf.learn_many`), every variant's λ* in another (`per_replica_rps`); one by one
+        """The restore, steps 1–2, step 4's observation and λ* of every model at once (`_prepare`): the filters of
+        every variant that learns in one lockstep (`ekf.learn_many`), the forecasters' period searches due this
+        cycle in one call (`with_periods`), every variant's λ* in another lockstep (`per_replica_rps`); one by one
         they are most of what a cycle of the shipped default costs (docs/benchmarks/scale.md). Each model's part
         reaches its `analyze` in `PredictiveMemory.prepared`."""
         return replace(memory, prepared=_prepare(models, memory, now_s, step_s=self.step_s))
@@ -497,7 +500,8 @@ def _restore_filters(model: ModelInput, memory: PredictiveMemory) -> tuple[dict[
 
 
 def _measure(model: ModelInput, cfg: QueueingConfig, prepared: Prepared, now_s: float) -> _Cycle:
-    """Steps 3–8 of the module docstring for one model, on what `_prepare` did (the restore, steps 1–2, λ*)."""
+    """Steps 3–8 of the module docstring for one model, on what `_prepare` did (the restore, steps 1–2, step 4's
+    observation, λ*)."""
     views = model.views
     state, observed, learned, size = prepared.state, prepared.observed, prepared.learned, prepared.size
     params, slo, at_slo = prepared.params, prepared.slo, prepared.at_slo

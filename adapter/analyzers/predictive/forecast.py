@@ -414,8 +414,8 @@ class Forecaster:
         n = len(values)
         if horizon < period and n - 2 + first - SEASONAL_CYCLES * period >= 0:
             # Every step's window lies whole in the history (a full history, a period longer than the lead): each
-            # cycle's windows are the consecutive triples of one slice, and every step has all its samples. The
-            # same maxima and the same sums in the same order as the loop below, at a third of its cost.
+            # cycle's windows are the consecutive triples of one slice, and every step has all its samples: the
+            # same maxima and the same sums in the same order as the loop below, without its slice a window.
             cycles = []
             for cycle in range(1, SEASONAL_CYCLES + 1):
                 low = n - 2 + first - cycle * period  # the first step's window starts here
@@ -541,9 +541,9 @@ def _highest_trend(current: float, level: float, slope: float, sigma: float, *, 
 
     When the slope is ≥ 0 every term of `trend_upper` is non-decreasing in k (φᵏ falls; σ ≥ 0 and z ≥ 0, as the
     quantile is ≥ 0.5), and so is each rounded operation on them: the last step is the highest, one evaluation
-    instead of one a step (a lead of 10 steps: 10). A falling slope against a widening spread can peak anywhere,
-    and every step is evaluated. Example: level 10, slope 1, σ 1, z 1.2816, steps 1–3 ⇒ 12.23, 13.42, 14.52 ⇒
-    14.52."""
+    instead of one a step (a lead of 10 steps: 10). With a falling slope the highest can be the first step or the
+    last (the fall against the widening spread), and every step is evaluated. Example: level 10, slope 1, σ 1,
+    z 1.2816, steps 1–3 ⇒ 12.23, 13.42, 14.52 ⇒ 14.52."""
     if not ahead:
         return current
     if slope >= 0 and sigma >= 0 and z >= 0:
