@@ -700,7 +700,7 @@ def _clipped(raw: np.ndarray) -> np.ndarray:
     the two ends' residuals were two parallel slopes, correlating at 0.91 over 17 steps — a period made of noise.
     Example: 17 ± 0.8 req/s with 102 at four steps ⇒ median 17.0, σ 0.79 ⇒ the burst is fitted as 19.3."""
     median = np.median(raw, axis=1, keepdims=True)
-    sigma = 1.4826 * np.median(np.abs(raw - median), axis=1, keepdims=True)  # `_mad_sigma` of each row
+    sigma = _mad_sigma(raw - median)
     clipped: np.ndarray = np.clip(raw, median - CLIP_SIGMAS * sigma, median + CLIP_SIGMAS * sigma)
     return clipped
 
@@ -754,10 +754,12 @@ def _repeats(raw: np.ndarray, period: int) -> bool:
     return seasonal < BACKTEST_MARGIN * persistence
 
 
-def _mad_sigma(deviations: np.ndarray) -> float:
-    """1.4826 · median |x| of deviations centred on 0: the σ of a normal with that median absolute deviation
-    (`robust_sigma`, `_clipped` and `_step_noise` each measure a spread so that a burst's few values do not move it)."""
-    return 1.4826 * float(np.median(np.abs(deviations)))
+def _mad_sigma(deviations: np.ndarray) -> np.ndarray:
+    """1.4826 · median |x| of deviations centred on 0, along the last axis (kept, of length 1): the σ of a normal
+    with that median absolute deviation (`robust_sigma`, `_clipped` and `_step_noise` each measure a spread so that
+    a burst's few values do not move it)."""
+    sigma: np.ndarray = 1.4826 * np.median(np.abs(deviations), axis=-1, keepdims=True)
+    return sigma
 
 
 def _step_noise(raw: np.ndarray) -> float:
@@ -766,7 +768,7 @@ def _step_noise(raw: np.ndarray) -> float:
     ⇒ ≈ 0.13."""
     if raw.size < 2:
         return 0.0
-    return _mad_sigma(np.diff(raw)) / math.sqrt(2.0)
+    return float(_mad_sigma(np.diff(raw))[0]) / math.sqrt(2.0)
 
 
 def _number(data: Mapping[str, Any], key: str, *, signed: bool = False) -> float:
