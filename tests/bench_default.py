@@ -82,9 +82,9 @@ SEASON_STEPS = 60
 
 def full_histories(state: Any, last_s: float) -> Any:
     """`state` with every model's forecaster (of any analyzer whose memory keeps `models` with one) holding a full
-    history ending at `last_s`: `max_points` steps of a season (`SEASON_STEPS`) around the rate it last saw, 40
-    one-step errors, and the models' period searches spread over `detect_every` cycles, as they are in a `serve`
-    that has run for hours (each model's first cycle is when it was first seen)."""
+    history ending at `last_s`: `max_points` steps of a season (`SEASON_STEPS`) around the rate it last saw,
+    `ERROR_WINDOW` one-step errors, and the models' period searches spread over `detect_every` cycles, as they are
+    in a `serve` that has run for hours (each model's first cycle is when it was first seen)."""
     from adapter.analyzers.predictive.forecast import ERROR_WINDOW, Forecaster
 
     memories = {}
@@ -117,23 +117,33 @@ def full_histories(state: Any, last_s: float) -> Any:
     return dataclasses.replace(state, analyzers=memories)
 
 
-def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
-    from adapter import engine
+def fleet_snapshot(n_vas: int) -> Any:
+    """The cycle benchmark's fleet of `n_vas` VAs as one snapshot: its recorded answers served by the fake
+    Prometheus (a child process, stopped before returning) and collected in this thread."""
     from adapter.domain.snapshot import Snapshot
     from adapter.metrics.collector import PrometheusCollector
     from tests.bench_collect import NOW_S, make_fleet, start_fake
-    from tests.profile_cycle import collect_serially, decide_fn
+    from tests.profile_cycle import collect_serially
+
+    fleet = make_fleet(n_vas)
+    proc, url = start_fake(n_vas)
+    try:
+        collection = collect_serially(PrometheusCollector(url, timeout_s=120), fleet)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    return Snapshot(NOW_S, fleet.views, collection.pods, collection.models)
+
+
+def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
+    from adapter import engine
+    from tests.bench_collect import NOW_S
+    from tests.profile_cycle import decide_fn
 
     decide = decide_fn()
     figures: dict[str, Any] = {"cycles": cycles, "rows": []}
     for size_index, n in enumerate(sizes):
-        fleet = make_fleet(n)
-        proc, url = start_fake(n)
-        try:
-            collection = collect_serially(PrometheusCollector(url, timeout_s=120), fleet)
-        finally:
-            proc.kill()
-        snapshot = Snapshot(NOW_S, fleet.views, collection.pods, collection.models)
+        snapshot = fleet_snapshot(n)
         for name, config in configs().items():
             if name == "learning" and size_index > 0:
                 continue

@@ -111,21 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from adapter import engine
-    from adapter.domain.snapshot import Snapshot
-    from adapter.metrics.collector import PrometheusCollector
-    from tests.bench_collect import NOW_S, make_fleet, start_fake
-    from tests.bench_default import configs, full_histories
-    from tests.profile_cycle import collect_serially, decide_fn
+    from tests.bench_collect import NOW_S
+    from tests.bench_default import configs, fleet_snapshot, full_histories
+    from tests.profile_cycle import decide_fn
 
     decide = decide_fn()
-    fleet = make_fleet(args.vas)
-    proc, url = start_fake(args.vas)
-    try:
-        collection = collect_serially(PrometheusCollector(url, timeout_s=120), fleet)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    snapshot = Snapshot(NOW_S, fleet.views, collection.pods, collection.models)
+    snapshot = fleet_snapshot(args.vas)
     config = configs()[args.config]
     _, state = decide(snapshot, engine.EngineState(), config, NOW_S - 60)
     if not args.first_cycles:
