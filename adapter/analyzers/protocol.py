@@ -39,11 +39,13 @@ from adapter.domain.capacity import CapacitySignal
 from adapter.domain.decision import Action, AnalyzerName
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import DesiredAlloc, ModelTraffic, PodMetrics, VariantView
+from adapter.domain.values import fast_init
 
 C = TypeVar("C")
 M = TypeVar("M")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelInput:
     """What an analyzer sees of one model (every VA sharing `modelID` in a namespace) this cycle."""
@@ -95,6 +97,7 @@ class Wording(Protocol):
         ...
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Analysis(Generic[M]):
     """An analyzer's answer for one model this cycle. Build it with `measured` or `unmeasured`."""
@@ -191,6 +194,7 @@ class Unprepared(Generic[C, M]):
 # ---- shared by the analyzers that measure capacity (the allocation step picks the replicas) ----------------
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CapacityWording:
     """Reasons for capacity-signal decisions, e.g. `V2 scale-up (optimizer: cost-aware, required: 1882 tokens)`."""

@@ -47,6 +47,7 @@ from adapter.domain.decision import Action, AnalyzerName
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import DesiredAlloc, PodMetrics, VariantView
 from adapter.domain.timefmt import format_duration
+from adapter.domain.values import fast_init
 
 LABEL = "saturation-only mode"
 """How reasons name this analyzer (upstream's words)."""
@@ -129,6 +130,7 @@ def _replica_state(view: VariantView, previous: DesiredAlloc | None) -> VariantR
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Wording:
     """Seed 000's reasons for the ±1 decisions, after the GPU limiter had its say."""
@@ -167,6 +169,7 @@ class Wording:
         return f"{LABEL}: {action} (enforced: {applied})"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NotReportingMemory:
     """Only this cycle's observations carry over: a variant whose pods all report again is forgotten.
@@ -211,6 +214,7 @@ class NotReportingMemory:
 MIN_NON_SATURATED_FOR_SCALE_DOWN = 2
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VariantSaturation:
     """Per-variant breakdown of the analysis."""
@@ -232,6 +236,7 @@ class VariantSaturation:
     Summed in the same pass over the pods as the rest (one pass over 100,000 pods at 10,000 VAs, not two)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SaturationAnalysis:
     total_replicas: int
@@ -345,6 +350,7 @@ def _scale_up_reason(kv_low: bool, queue_low: bool, kv: float, q: float, cfg: Sa
 # ---- targets ----------------------------------------------------------------------------------------------
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VariantReplicaState:
     """What the targets step needs to know about one variant besides its metrics."""
@@ -370,6 +376,7 @@ class NotReportingSince:
     since_s: float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TargetResult:
     targets: Mapping[str, int]

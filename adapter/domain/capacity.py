@@ -25,6 +25,7 @@ from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import NodeGpus, VariantView
+from adapter.domain.values import fast_init
 
 
 class Role(StrEnum):
@@ -41,6 +42,7 @@ class CapacityUnit(StrEnum):
     REPLICAS = "replicas"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VariantSupply:
     """One variant as the allocation step sees it."""
@@ -87,6 +89,7 @@ def supply_of(
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CapacitySignal:
     """One model's analysis, ready for allocation."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DecisionPath, DesiredAlloc, Recommendation
+from adapter.domain.values import fast_init
 
 
 class Action(StrEnum):
@@ -62,6 +63,7 @@ def reason_family(reason: str) -> str:
     return _NUMBERS.sub("#", reason)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VariantDecision:
     """The desired replica count for one VA, with the evidence a user needs to trust it."""
@@ -94,6 +96,7 @@ class VariantDecision:
         return self.desired_replicas / self.current_replicas
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelAnalysis:
     """An analyzer's report for one model, as shown by `replay` (DESIGN §3.2 `analysis` fields)."""

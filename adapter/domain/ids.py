@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import attrgetter
 
+from adapter.domain.values import fast_init
 
+
+@fast_init
 @dataclass(frozen=True, slots=True, order=True)
 class VariantKey:
     """One VariantAutoscaling, `namespace/name`; the unit the servers answer for."""
@@ -24,6 +27,7 @@ class VariantKey:
         return cls(namespace, name)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, order=True)
 class ModelKey:
     """A variant group: every VA with the same `spec.modelID` in one namespace."""

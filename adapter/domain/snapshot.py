@@ -16,6 +16,7 @@ from typing import Any
 
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.latency import ModelLatency
+from adapter.domain.values import fast_init
 
 DEFAULT_VARIANT_COST = 10.0
 """Cost of a variant whose `variantCost` is empty (upstream's default)."""
@@ -27,6 +28,7 @@ class ConditionType(StrEnum):
     OPTIMIZATION_READY = "OptimizationReady"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Condition:
     """A `metav1.Condition` without the bookkeeping fields the edge fills in."""
@@ -50,6 +52,7 @@ class DecisionPath(StrEnum):
     records it."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DesiredAlloc:
     """`status.desiredOptimizedAlloc` of a VA: the engine's last decision, as persisted."""
@@ -64,6 +67,7 @@ class DesiredAlloc:
     """How the decision was reached; what a follower serves as the decision's path."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Recommendation:
     """`status.recommendation`: the decaying-histogram recommender's replica bounds for the variant."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from adapter.config.configmaps import ScaleToZeroConfig
 from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.domain.timefmt import format_duration, format_duration_short
+from adapter.domain.values import fast_init
 from adapter.enforcer.scale_to_zero import VariantBounds, cheapest
 
 OPTIMIZER_REASON = "Optimizer solution: cost and latency optimized allocation"
@@ -37,6 +38,7 @@ FALLBACK_PRESERVE_REASON = "Fallback: preserving previous allocation (no optimiz
 OTHERS_RUNNING_REASON = "Last resort: first run, other variants handling load, starting at 0"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FallbackVariant:
     bounds: VariantBounds
@@ -52,6 +54,7 @@ class FallbackVariant:
         return self.bounds.name
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Held:
     """A decision taken without an optimizer solution."""

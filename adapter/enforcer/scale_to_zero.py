@@ -13,8 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapter.config.configmaps import ScaleToZeroConfig
+from adapter.domain.values import fast_init
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VariantBounds:
     name: str
@@ -23,6 +25,7 @@ class VariantBounds:
     max_replicas: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class EnforcedTargets:
     targets: Mapping[str, int]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from adapter.analyzers import registry
@@ -25,11 +25,13 @@ from adapter.domain.capacity import CapacitySignal
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import DesiredAlloc, PodMetrics, Snapshot, VariantView
+from adapter.domain.values import fast_init, replace
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import VariantBounds
 from adapter.engine.state import EngineState
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelPlan:
     model: ModelKey
@@ -89,6 +91,7 @@ def bounds(view: VariantView) -> VariantBounds:
     return VariantBounds(spec.key.name, spec.cost, spec.min_replicas, spec.max_replicas)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Framed:
     """A model ready for its analysis: the plan without a result, the analyzer's input and configuration, and

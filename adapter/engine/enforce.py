@@ -19,6 +19,7 @@ from adapter.domain.snapshot import (
     Recommendation,
     VariantView,
 )
+from adapter.domain.values import fast_init
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import enforce
 from adapter.engine.analyze import ModelPlan, bounds, previous_alloc
@@ -31,6 +32,7 @@ NOT_WOKEN_REASON = "NotWokenFromZero"
 """OptimizationReady's reason while a variant of the model is left out because nothing wakes it from zero."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelOutcome:
     held: Mapping[str, fallback.Held]

@@ -13,12 +13,13 @@ a new leader reads back — the counterpart of the VPA's VerticalPodAutoscalerCh
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from adapter.domain.capacity import CapacitySignal
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import Recommendation, VariantView
+from adapter.domain.values import replace
 from adapter.engine.analyze import ModelPlan
 from adapter.recommender.recommender import RecommenderConfig, VariantHistory, floor_replicas, recommend
 

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field, replace
 from adapter.config.configmaps import AllocationMode
 from adapter.domain.capacity import CapacitySignal, GpuPools, Role, VariantSupply
 from adapter.domain.ids import ModelKey
+from adapter.domain.values import fast_init
 from adapter.optimizer import cost_aware, exact, limiter
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelAllocation:
     targets: Mapping[str, int]
@@ -32,6 +34,7 @@ class ModelAllocation:
     notes: tuple[str, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class _Group:
     """A model, or one P/D role of it: the unit that capacity is bought for."""

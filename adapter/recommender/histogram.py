@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
+from adapter.domain.values import fast_init
+
 MAX_DECAY_EXPONENT = 100.0
 EPSILON = 1e-10
 
@@ -69,6 +71,7 @@ class HistogramOptions:
         return min(max(int(self._position(value)), 0), self._num_buckets - 1)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DecayingHistogram:
     """Sparse weights by bucket index; immutable: `add` returns a new histogram."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.domain.snapshot import Recommendation
+from adapter.domain.values import fast_init
 from adapter.recommender.histogram import DecayingHistogram, HistogramOptions
 
 DAY_S = 86_400.0
@@ -70,6 +71,7 @@ class RecommenderConfig:
             raise ValueError("recommender safety_margin and minimum_replicas must be >= 0")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VariantHistory:
     long: DecayingHistogram

@@ -67,7 +67,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from adapter.analyzers import memory as state_json
@@ -86,6 +86,7 @@ from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply,
 from adapter.domain.decision import AnalyzerName
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import ModelTraffic, VariantView
+from adapter.domain.values import fast_init, replace
 
 LEARNED_SECTION = "predictive"
 """The `status.learned` section holding the model's forecaster, controller and startup samples."""
@@ -108,6 +109,7 @@ UNREPORTED_NOTE = "no pod reported an arrival rate this cycle: arrivals unknown,
 """The analysis note of a cycle whose arrivals are unknown (`_arrivals_reported`), shown by `explain`."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelState:
     """One model's memory (module docstring)."""
@@ -161,6 +163,7 @@ class ModelState:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What `prepare` does for every model at once, one model's part: its state and filters as restored (memory,
@@ -182,6 +185,7 @@ class Prepared:
     at_slo: Mapping[str, float]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PredictiveMemory:
     """The analyzer's memory: every model's state and every variant's filter."""
@@ -328,6 +332,7 @@ class Predictive:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class _Cycle:
     state: ModelState
@@ -618,6 +623,7 @@ def _measure(model: ModelInput, cfg: QueueingConfig, prepared: Prepared, now_s: 
     return _Cycle(state, learned, signal, figures, notes=(), advice=advice_text[:300])
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class _Demand:
     arrival: float

@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from adapter.domain.values import fast_init, replace
 
 G_UP = 4.0
 G_DOWN = 2.0
@@ -82,6 +84,7 @@ headroom shortfall is the tail's, seconds long; a longer one is throughput missi
 bursts with 20–40-s startups, seed 1, read its bursts as overloads: −0.7 point)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Controller:
     """One model's headroom and why it last moved or held."""

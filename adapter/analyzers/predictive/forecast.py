@@ -61,11 +61,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+
+from adapter.domain.values import fast_init, replace
 
 LEVEL_GAIN = 0.5
 SLOPE_GAIN = 0.2
@@ -114,6 +116,7 @@ CLIP_SIGMAS = 3.0
 """The line removed before the period search is fitted to the series clipped at median ± this many robust σ."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ForecastConfig:
     step_s: float = 30.0
@@ -149,6 +152,7 @@ def normal_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Forecast:
     """The peak of the upper-quantile demand over the lead, and how it was made (for `explain`)."""
@@ -190,6 +194,7 @@ def _short(value: float, digits: int) -> float:
     return float(f"{value:.{digits}g}")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class _Persisted:
     """A forecaster's `values` and `errors` as `to_json` writes them, and the very tuples they were rounded from
@@ -213,6 +218,7 @@ class _Persisted:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Forecaster:
     """One model's demand history and trend state (module docstring). Immutable: `observe` returns a new one."""

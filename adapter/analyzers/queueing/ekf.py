@@ -75,6 +75,7 @@ from scipy.optimize import least_squares
 
 from adapter.analyzers.queueing.model import RowMetrics, ServiceParams, analyze_rows
 from adapter.analyzers.queueing.workload import VariantLoad, usable
+from adapter.domain.values import fast_init
 
 Vector = npt.NDArray[np.float64]
 Matrix = npt.NDArray[np.float64]
@@ -112,6 +113,7 @@ LOST_AFTER_CYCLES = 3
 _PARAM_NAMES = ("alpha_ms", "beta_ms", "gamma_ms")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Environment:
     """One busy pod's observation: λ req/s, mean tokens, batch limit, measured TTFT (without its decode step)
@@ -142,6 +144,7 @@ class Environment:
         return np.array([self.ttft_ms, self.itl_ms], dtype=np.float64)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FilterState:
     """A variant's learned parameters and their uncertainty, as persisted in VA status (`learned.queueingModel`).
@@ -441,6 +444,7 @@ def _fit(envs: Sequence[Environment]) -> tuple[float, float, float] | None:
 # ---- update --------------------------------------------------------------------------------------------------
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """A cycle's result: the state to keep, how many observations were accepted and rejected, why (distinct

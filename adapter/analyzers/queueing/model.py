@@ -106,6 +106,7 @@ import numpy.typing as npt
 from scipy import special
 
 from adapter.domain.errors import ModelError
+from adapter.domain.values import fast_init
 
 EPSILON = 0.001
 """Fraction kept off both ends of the rate range (upstream's epsilon)."""
@@ -166,6 +167,7 @@ def _check_int(param: str, value: int, minimum: int, maximum: int) -> int:
     return value
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ServiceParams:
     """α: ms per iteration (> 0); β: ms per token of compute (≥ 0); γ: ms per token of KV-cache access (≥ 0)."""
@@ -180,6 +182,7 @@ class ServiceParams:
         _check_min("gamma_ms", self.gamma_ms, 0.0, strict=False)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestSize:
     """Average tokens of a request: input ≥ 0, output ≥ 1 (averages, so fractional values are allowed)."""
@@ -199,6 +202,7 @@ class RateRange(NamedTuple):
     max_rps: float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Metrics:
     """The model's answer at one arrival rate `rate_rps` (req/s). Times in ms; `avg_batch` = avgNumInServers."""

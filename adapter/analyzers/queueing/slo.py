@@ -32,6 +32,7 @@ from enum import StrEnum
 from adapter.analyzers.queueing.model import ServiceParams
 from adapter.analyzers.queueing.workload import Workload
 from adapter.config.configmaps import QueueingConfig
+from adapter.domain.values import fast_init
 
 DEFAULT_SLO_MULTIPLIER = 3.0
 FALLBACK_HEADROOM = 1.5
@@ -45,6 +46,7 @@ class SloSource(StrEnum):
     OBSERVED = "observed"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Slo:
     target_ttft_ms: float

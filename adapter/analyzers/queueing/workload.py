@@ -20,8 +20,10 @@ from operator import attrgetter
 
 from adapter.analyzers.queueing.model import DEFAULT_MAX_BATCH
 from adapter.domain.snapshot import PodMetrics, VariantView
+from adapter.domain.values import fast_init
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Workload:
     """Arrival-rate-weighted means over busy pods (zeros when none is busy); latencies in ms."""
@@ -34,6 +36,7 @@ class Workload:
     itl_ms: float = 0.0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VariantLoad:
     """One variant's share of the observation."""
@@ -46,6 +49,7 @@ class VariantLoad:
     """Σλ of its own busy pods."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Observed:
     model: Workload
