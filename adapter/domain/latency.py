@@ -41,6 +41,8 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from adapter.domain.values import fast_init
+
 INF = math.inf
 
 VLLM_TTFT_BUCKETS_S: tuple[float, ...] = (
@@ -212,6 +214,7 @@ def joint_attainment_lower_bound(within_a: float | None, within_b: float | None)
     return max(0.0, within_a + within_b - 1.0)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelLatency:
     """A model's latency histograms over one window (`ModelTraffic.latency`).

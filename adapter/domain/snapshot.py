@@ -240,6 +240,7 @@ def pod_metrics_from_columns(columns: Mapping[str, Sequence[Any]]) -> tuple[PodM
     return tuple(pods)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelTraffic:
     """Model-level signals: requests over the retention window, the EPP flow-control queue, latency histograms."""

@@ -18,10 +18,12 @@ from typing import Protocol
 
 from adapter.domain.decision import GpuPoolUsage, ModelAnalysis, VariantDecision
 from adapter.domain.ids import ModelKey, VariantKey
+from adapter.domain.values import fast_init
 
 Listener = Callable[[frozenset[VariantKey]], None]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StoredDecision:
     """A decision as served: what was decided, when, and the store version it arrived with."""
