@@ -37,9 +37,9 @@ from adapter.analyzers.memory import Memory
 from adapter.config.configmaps import ConfigSet, SaturationConfig
 from adapter.domain.capacity import CapacitySignal
 from adapter.domain.decision import Action, AnalyzerName
+from adapter.domain.frozen import fast_init
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import DesiredAlloc, ModelTraffic, PodMetrics, VariantView
-from adapter.domain.values import fast_init
 
 C = TypeVar("C")
 M = TypeVar("M")

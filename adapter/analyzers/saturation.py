@@ -44,10 +44,10 @@ from adapter.analyzers.protocol import Analysis, ModelInput, Unprepared
 from adapter.config.configmaps import SaturationConfig
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, supply_of
 from adapter.domain.decision import Action, AnalyzerName
+from adapter.domain.frozen import fast_init
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import DesiredAlloc, PodMetrics, VariantView
 from adapter.domain.timefmt import format_duration
-from adapter.domain.values import fast_init
 
 LABEL = "saturation-only mode"
 """How reasons name this analyzer (upstream's words)."""

@@ -23,9 +23,9 @@ from typing import Any
 
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.decision import AnalyzerName
+from adapter.domain.frozen import fast_init
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import NodeGpus, VariantView
-from adapter.domain.values import fast_init
 
 
 class Role(StrEnum):

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from adapter.domain.frozen import fast_init
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, DecisionPath, DesiredAlloc, Recommendation
-from adapter.domain.values import fast_init
 
 
 class Action(StrEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import attrgetter
 
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 
 @fast_init

@@ -41,7 +41,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 INF = math.inf
 

@@ -14,9 +14,9 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
+from adapter.domain.frozen import fast_init
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.latency import ModelLatency
-from adapter.domain.values import fast_init
 
 DEFAULT_VARIANT_COST = 10.0
 """Cost of a variant whose `variantCost` is empty (upstream's default)."""

@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapter.config.configmaps import ScaleToZeroConfig
+from adapter.domain.frozen import fast_init
 from adapter.domain.snapshot import DecisionPath, DesiredAlloc
 from adapter.domain.timefmt import format_duration, format_duration_short
-from adapter.domain.values import fast_init
 from adapter.enforcer.scale_to_zero import VariantBounds, cheapest
 
 OPTIMIZER_REASON = "Optimizer solution: cost and latency optimized allocation"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapter.config.configmaps import ScaleToZeroConfig
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 
 @fast_init

@@ -23,9 +23,9 @@ from adapter.config.configmaps import SaturationConfig, ScaleToZeroConfig
 from adapter.config.engine import EngineConfig
 from adapter.domain.capacity import CapacitySignal
 from adapter.domain.decision import AnalyzerName
+from adapter.domain.frozen import fast_init, replace
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import DesiredAlloc, PodMetrics, Snapshot, VariantView
-from adapter.domain.values import fast_init, replace
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import VariantBounds
 from adapter.engine.state import EngineState

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapter.domain.decision import Action, AnalyzerName, VariantDecision, reason_family
+from adapter.domain.frozen import fast_init
 from adapter.domain.snapshot import (
     Condition,
     ConditionType,
@@ -19,7 +20,6 @@ from adapter.domain.snapshot import (
     Recommendation,
     VariantView,
 )
-from adapter.domain.values import fast_init
 from adapter.enforcer import fallback
 from adapter.enforcer.scale_to_zero import enforce
 from adapter.engine.analyze import ModelPlan, bounds, previous_alloc

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapter.domain.capacity import CapacitySignal
+from adapter.domain.frozen import replace
 from adapter.domain.ids import VariantKey
 from adapter.domain.snapshot import Recommendation, VariantView
-from adapter.domain.values import replace
 from adapter.engine.analyze import ModelPlan
 from adapter.recommender.recommender import RecommenderConfig, VariantHistory, floor_replicas, recommend
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 
 from adapter.config.configmaps import AllocationMode
 from adapter.domain.capacity import CapacitySignal, GpuPools, Role, VariantSupply
+from adapter.domain.frozen import fast_init
 from adapter.domain.ids import ModelKey
-from adapter.domain.values import fast_init
 from adapter.optimizer import cost_aware, exact, limiter
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 MAX_DECAY_EXPONENT = 100.0
 EPSILON = 1e-10

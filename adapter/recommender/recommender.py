@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.domain.frozen import fast_init
 from adapter.domain.snapshot import Recommendation
-from adapter.domain.values import fast_init
 from adapter.recommender.histogram import DecayingHistogram, HistogramOptions
 
 DAY_S = 86_400.0

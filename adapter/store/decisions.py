@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from adapter.domain.decision import GpuPoolUsage, ModelAnalysis, VariantDecision
+from adapter.domain.frozen import fast_init
 from adapter.domain.ids import ModelKey, VariantKey
-from adapter.domain.values import fast_init
 
 Listener = Callable[[frozenset[VariantKey]], None]
 

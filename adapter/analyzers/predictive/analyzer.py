@@ -84,9 +84,9 @@ from adapter.config.configmaps import QueueingConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply, supply_of
 from adapter.domain.decision import AnalyzerName
+from adapter.domain.frozen import fast_init, replace
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import ModelTraffic, VariantView
-from adapter.domain.values import fast_init, replace
 
 LEARNED_SECTION = "predictive"
 """The `status.learned` section holding the model's forecaster, controller and startup samples."""

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapter.domain.values import fast_init, replace
+from adapter.domain.frozen import fast_init, replace
 
 G_UP = 4.0
 G_DOWN = 2.0

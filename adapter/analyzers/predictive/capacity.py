@@ -36,7 +36,7 @@ from typing import NamedTuple
 from adapter.analyzers.predictive.forecast import normal_quantile
 from adapter.analyzers.queueing.model import InvalidInput, Metrics, QueueModel, RequestSize, ServiceParams, max_rates
 from adapter.domain.errors import ModelError
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 DEFAULT_ITL_CV = 0.25
 MIN_USEFUL_UTILISATION = 0.2

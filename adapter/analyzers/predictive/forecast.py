@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from adapter.domain.values import fast_init, replace
+from adapter.domain.frozen import fast_init, replace
 
 LEVEL_GAIN = 0.5
 SLOPE_GAIN = 0.2

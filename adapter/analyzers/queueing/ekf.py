@@ -75,7 +75,7 @@ from scipy.optimize import least_squares
 
 from adapter.analyzers.queueing.model import RowMetrics, ServiceParams, analyze_rows
 from adapter.analyzers.queueing.workload import VariantLoad, usable
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 Vector = npt.NDArray[np.float64]
 Matrix = npt.NDArray[np.float64]

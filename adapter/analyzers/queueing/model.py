@@ -106,7 +106,7 @@ import numpy.typing as npt
 from scipy import special
 
 from adapter.domain.errors import ModelError
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 EPSILON = 0.001
 """Fraction kept off both ends of the rate range (upstream's epsilon)."""

@@ -32,7 +32,7 @@ from enum import StrEnum
 from adapter.analyzers.queueing.model import ServiceParams
 from adapter.analyzers.queueing.workload import Workload
 from adapter.config.configmaps import QueueingConfig
-from adapter.domain.values import fast_init
+from adapter.domain.frozen import fast_init
 
 DEFAULT_SLO_MULTIPLIER = 3.0
 FALLBACK_HEADROOM = 1.5

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from adapter.analyzers.queueing.model import DEFAULT_MAX_BATCH
+from adapter.domain.frozen import fast_init
 from adapter.domain.snapshot import PodMetrics, VariantView
-from adapter.domain.values import fast_init
 
 
 @fast_init

@@ -1,4 +1,4 @@
-"""`fast_init` (adapter/domain/values.py): the `__init__` it puts on a frozen slots dataclass builds the instance the
+"""`fast_init` (adapter/domain/frozen.py): the `__init__` it puts on a frozen slots dataclass builds the instance the
 dataclass's own `__init__` builds — every field the same object, defaults, factories, keyword-only and `init=False`
 fields and `__post_init__` included — for a class made here to cover each feature and for every class of the
 package that carries the decorator; its `replace` gives what `dataclasses.replace` gives; the class stays frozen; and
@@ -21,8 +21,8 @@ import pytest
 import adapter
 from adapter.analyzers.predictive.forecast import ForecastConfig
 from adapter.analyzers.queueing.model import RequestSize, ServiceParams
+from adapter.domain.frozen import fast_init, replace, stock_init
 from adapter.domain.ids import VariantKey
-from adapter.domain.values import fast_init, replace, stock_init
 
 _EMPTY = inspect.Parameter.empty
 

@@ -25,12 +25,17 @@ at 1,000 VAs with the shipped ConfigMaps), and py-spy put ~11 % of the decide in
 Everything else stays the dataclass's: the signature (positional, defaults, `default_factory`, keyword-only fields,
 `init=False` fields with a default or factory), `__post_init__` called last, and `__eq__`, `__hash__`, `__repr__`,
 ordering, `__setattr__` (still refusing), pickling and `dataclasses.replace` (which calls `__init__`). The instances
-are the ones the generated `__init__` builds, field for field (tests/core/test_values.py checks every class that
+are the ones the generated `__init__` builds, field for field (tests/core/test_frozen.py checks every class that
 carries the decorator). Measured on a 6-field class: 670 → 430 ns a construction; a plain non-frozen class takes 180.
 Why not give up `frozen=True` for the plain class's speed: immutability would then rest on the type checker alone,
 and the core's values are shared between the decide thread, the servers and the flight recorder.
 
-`collector.pod_metrics_from_columns` goes further for the 100,000 `PodMetrics` of a cycle (field by field over all
+`replace(obj, **changes)` is `dataclasses.replace` without its walk over the fields (3.8 % of the same decide): a
+`fast_init` class also gets a generated `__replace__` (Python 3.13's name for the protocol) that passes every field
+the changes leave out, `self.f if f is KEEP else f`. For the type checker `replace` is `dataclasses.replace`, so each
+call's field names are still checked.
+
+`snapshot.pod_metrics_from_columns` goes further for the 100,000 `PodMetrics` of a cycle (field by field over all
 of them, in C); a value built one at a time, as these are, takes this path.
 """
 
