@@ -99,7 +99,7 @@ def fast_init(cls: type[_T]) -> type[_T]:
     init.__doc__ = cls.__init__.__doc__
     setattr(init, _STOCK_INIT, cls.__init__)
     cls.__init__ = init  # type: ignore[method-assign]  # replacing the method is the point
-    type.__setattr__(cls, "__replace__", _replacer(cls, positional, keyword))
+    type.__setattr__(cls, "__replace__", _replacer(cls, positional, keyword))  # a name the type checker does not know
     return cls
 
 
