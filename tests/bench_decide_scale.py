@@ -28,21 +28,14 @@ SIZES = (1000, 10000, 20000)
 def child(sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
     from adapter import engine
     from adapter.config.engine import EngineConfig
-    from adapter.domain.snapshot import Snapshot
-    from adapter.metrics.collector import PrometheusCollector
-    from tests.bench_collect import NOW_S, make_fleet, start_fake
-    from tests.profile_cycle import collect_serially, decide_fn
+    from tests.bench_collect import NOW_S
+    from tests.bench_default import fleet_snapshot
+    from tests.profile_cycle import decide_fn
 
     decide = decide_fn()
     setups = {}
     for n in sizes:
-        fleet = make_fleet(n)
-        proc, url = start_fake(n)
-        try:
-            collection = collect_serially(PrometheusCollector(url, timeout_s=120), fleet)
-        finally:
-            proc.kill()
-        snapshot = Snapshot(NOW_S, fleet.views, collection.pods, collection.models)
+        snapshot = fleet_snapshot(n)
         _, state = decide(snapshot, engine.EngineState(), EngineConfig(), NOW_S - 30)
         setups[n] = (snapshot, state)
     cpu_s: dict[int, list[float]] = {n: [] for n in sizes}
