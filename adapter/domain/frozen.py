@@ -86,8 +86,9 @@ def fast_init(cls: type[_T]) -> type[_T]:
         body.append(f"{setter}(self, {value})")
     if hasattr(cls, "__post_init__"):
         body.append("self.__post_init__()")
+    names = [p.partition("=")[0] for p in (*positional, *keyword)]
     stock = list(inspect.signature(cls.__init__).parameters)[1:]
-    if [p.partition("=")[0] for p in (*positional, *keyword)] != stock:  # e.g. an InitVar, which it does not pass on
+    if names != stock:  # e.g. an InitVar, which it does not pass on
         raise TypeError(f"fast_init: {cls.__qualname__}.__init__ takes {stock}, not only its init fields")
     signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
     source = f"def __init__({signature}) -> None:\n" + "".join(f"    {line}\n" for line in body or ["pass"])
@@ -99,7 +100,9 @@ def fast_init(cls: type[_T]) -> type[_T]:
     init.__doc__ = cls.__init__.__doc__
     setattr(init, _STOCK_INIT, cls.__init__)
     cls.__init__ = init  # type: ignore[method-assign]  # replacing the method is the point
-    type.__setattr__(cls, "__replace__", _replacer(cls, positional, keyword))  # a name the type checker does not know
+    type.__setattr__(
+        cls, "__replace__", _replacer(cls, names, len(positional))
+    )  # a name the type checker does not know
     return cls
 
 
@@ -118,13 +121,13 @@ else:
         return method(obj, **changes)
 
 
-def _replacer(cls: type[Any], positional: list[str], keyword: list[str]) -> Any:
-    """`__replace__(self, /, *, f=KEEP, ...)` for every init field: `cls(...)` with `self`'s value for each one left
-    out. Example: `Point(1.0, 2.0).__replace__(y=5.0)` is `Point(1.0, 5.0)`."""
-    names = [p.partition("=")[0] for p in (*positional, *keyword)]
+def _replacer(cls: type[Any], names: list[str], positional: int) -> Any:
+    """`__replace__(self, /, *, f=KEEP, ...)` for every init field (`names`, the first `positional` of them passed
+    by position): `cls(...)` with `self`'s value for each one left out. Example: `Point(1.0, 2.0).__replace__(y=5.0)`
+    is `Point(1.0, 5.0)`."""
     value = "self.{0} if {0} is KEEP else {0}"
-    arguments = [value.format(n) for n in names[: len(positional)]]
-    arguments += [f"{n}={value.format(n)}" for n in names[len(positional) :]]
+    arguments = [value.format(n) for n in names[:positional]]
+    arguments += [f"{n}={value.format(n)}" for n in names[positional:]]
     source = (
         f"def __replace__(self, /, *, {', '.join(f'{n}=KEEP' for n in names)}):\n"
         if names

@@ -321,17 +321,14 @@ class Forecaster:
         errors = (self.errors + tuple(added_errors))[-ERROR_WINDOW:]
         short_errors = (known.errors + tuple(_short(e, 5) for e in added_errors))[-ERROR_WINDOW:]
         level, slope, variance = state
-        # Made directly, not by `dataclasses.replace` (which reads the fields' definitions every call): every
-        # model, every cycle
-        return Forecaster(
-            config=cfg,
+        return replace(
+            self,
             start_s=start_s,
             values=values,
             level=level,
             slope=slope,
             variance=variance,
             errors=errors,
-            period_steps=self.period_steps,
             since_detect=self.since_detect + steps,
             persisted=_Persisted(values, short_values, errors, short_errors),
         )
