@@ -36,11 +36,13 @@ Start (`initial_state`): a maximum-a-posteriori fit of θ to this cycle's enviro
 
     minimise  Σ_pods ‖(h(e^θ) − z) / (σ_z·z)‖²  +  ‖(θ − log x_default) / ln 10‖²     within the state limits
 
-from the defaults (α 5 ms, β 0.05 ms, γ 5e-5 ms) and from upstream's one-pod guess for each pod
-(α = 0.9·ITL, β+γ = (TTFT − α)/I, γ = (ITL − α − (β+γ)) / (I + (O+1)/2 − 1)); the lowest cost wins. A pod the
+from the defaults (α 5 ms, β 0.05 ms, γ 5e-5 ms), from upstream's one-pod guess of the least loaded pod
+(α = 0.9·ITL, β+γ = (TTFT − α)/I, γ = (ITL − α − (β+γ)) / (I + (O+1)/2 − 1)), and, when that guess leaves a pod
+unserved, from the guess scaled down until every pod is served with room; the lowest cost wins. A pod the
 model cannot serve at a trial θ (λ above its maximum rate) costs (10 + ln(λ/λ_max))/σ_z per component, so the
-search is pulled back towards parameters that can serve it. Each evaluation solves every pod in one model call
-per batch limit (`_predict`). The prior (a factor of 10 at one standard deviation)
+search is pulled back towards parameters that can serve it. The fits of a cycle (every cold start and re-fit)
+run in lockstep, a Levenberg–Marquardt run per variant and start, each evaluation one model call for all their
+pods (`_fit_many`). The prior (a factor of 10 at one standard deviation)
 keeps a parameter the data barely see (γ, with a few noisy pods) near a plausible value instead of letting it run
 to a limit where the filter could never see it again. P0 = diag(1²) in θ (a factor e at one σ), not the fit's
 own (Laplace) covariance: that one assumes the model is exact, and real servers deviate from it by more than the
@@ -71,9 +73,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import least_squares
 
-from adapter.analyzers.queueing.model import RowMetrics, ServiceParams, analyze_rows
+from adapter.analyzers.queueing.model import RowMetrics, ServiceParams, Work, analyze_rows
 from adapter.analyzers.queueing.workload import VariantLoad, usable
 from adapter.domain.frozen import fast_init
 
@@ -101,10 +102,20 @@ PRIOR_SD = math.log(10.0)
 STATE_LIMITS = ((0.01, 1e-5, 1e-8), (1000.0, 10.0, 1.0))
 """Lower and upper limits of (α, β, γ) in ms for a new state: far beyond any GPU, so a limit is never the answer."""
 FIT_MAX_EVALUATIONS = 200
+"""The most steps a fit's run takes (each one evaluation, and three more for the Jacobian after an accepted one)."""
+FIT_TOLERANCE = 1e-6
+"""A fit's run stops when a step lowers its cost by at most this share, or moves θ by at most this (relative): the
+fit starts a filter whose P0 is a factor e wide. scipy's default, 1e-8, took a third more steps at 1,000 VAs."""
+FIT_FIRST_REACH = 20.0
+"""A fit's first trust radius in θ: no limit in practice (the box is ~11 wide in each θ_j); it halves after a
+failed step and at least doubles after one that did as its quadratic model said."""
 FIT_PENALTY = 10.0
 """Relative residual of a pod the model cannot serve at a trial θ (plus ln(λ/λ_max))."""
 MAX_FIT_STARTS = 2
-"""The defaults and the first pod's guess (more starts found the same optimum in the convergence sweep)."""
+"""The defaults and the least loaded pod's guess; then, when some pod is unserved at the guess, the guess scaled down
+to serve it (`_serving`)."""
+SERVED_MARGIN = 1.5
+"""The room a fit's third start leaves the most loaded pod: λ ≤ λ_max / 1.5 (`_serving`)."""
 COLD_START_SD = 1.0
 """P0 = diag(1²) in θ after a cold start or re-fit: a factor e at one σ, whatever the fit claims (see below)."""
 LOST_AFTER_CYCLES = 3
@@ -350,29 +361,6 @@ def jacobian(theta: Vector, env: Environment) -> Matrix | None:
     return linearise(theta, env)[1]
 
 
-def _predict(x: Vector, envs: Sequence[Environment]) -> tuple[Matrix, Vector]:
-    """h(x) for every environment (NaN rows outside the model) and each one's maximum rate at x, in one call, the
-    rows solved one by one (a fit's few pods a call: `analyze_rows`' `one_by_one`)."""
-    batch = np.array([env.max_batch for env in envs], dtype=np.int64)
-    rows = analyze_rows(
-        np.broadcast_to(x, (len(envs), 3)),
-        np.array([env.input_tokens for env in envs]),
-        np.array([env.output_tokens for env in envs]),
-        np.array([env.arrival_rps for env in envs]),
-        max_batch=batch,
-        max_queue=QUEUE_TO_BATCH * batch,
-        one_by_one=True,
-    )
-    return _h(rows), rows.max_rps
-
-
-def _overload(arrival_rps: float, max_rps: float) -> float:
-    """ln(λ / λ_max) ≥ 0 for a pod the model cannot serve at some x (10 when the model cannot be built at all)."""
-    if not (math.isfinite(max_rps) and max_rps > 0):
-        return 10.0
-    return max(0.0, math.log(arrival_rps / max_rps))
-
-
 # ---- cold start --------------------------------------------------------------------------------------------
 
 
@@ -385,11 +373,18 @@ def _new_state(x: Sequence[float], p0: Matrix, now_s: float) -> FilterState:
 def initial_state(envs: Sequence[Environment], *, now_s: float) -> FilterState:
     """A cold start: the MAP fit of θ to `envs` with P0 = diag(1²) (module docstring); the defaults with
     P0 = diag((ln 10)²) when no environment is usable or the fit fails."""
-    valid = [e for e in envs if e.valid]
-    fitted = _fit(valid) if valid else None
-    if fitted is None:
-        return _new_state(DEFAULT_PARAMS, np.eye(3) * PRIOR_SD**2, now_s)
-    return _new_state(fitted, np.eye(3) * COLD_START_SD**2, now_s)
+    return initial_states([envs], now_s=now_s)[0]
+
+
+def initial_states(problems: Sequence[Sequence[Environment]], *, now_s: float) -> list[FilterState]:
+    """`initial_state` of many variants, their fits in one lockstep (`_fit_many`)."""
+    fitted = _fit_many([[e for e in envs if e.valid] for envs in problems])
+    return [
+        _new_state(DEFAULT_PARAMS, np.eye(3) * PRIOR_SD**2, now_s)
+        if x is None
+        else _new_state(x, np.eye(3) * COLD_START_SD**2, now_s)
+        for x in fitted
+    ]
 
 
 def _guess(env: Environment) -> tuple[float, float, float] | None:
@@ -409,36 +404,279 @@ def _guess(env: Environment) -> tuple[float, float, float] | None:
 
 
 def _fit(envs: Sequence[Environment]) -> tuple[float, float, float] | None:
-    """The MAP fit (module docstring), or None when no start converges to finite numbers."""
-    prior = np.log(np.array(DEFAULT_PARAMS))
-    lower, upper = np.log(np.array(STATE_LIMITS[0])), np.log(np.array(STATE_LIMITS[1]))
+    """The MAP fit of one variant (`_fit_many` of one)."""
+    return _fit_many([envs])[0]
 
-    z = np.array([env.z for env in envs])
-    arrivals = [env.arrival_rps for env in envs]
 
-    def residuals(theta: Vector) -> Vector:
-        h, max_rps = _predict(np.exp(theta), envs)
-        rows = (h - z) / (RELATIVE_SD * z)
-        for index in np.flatnonzero(~np.isfinite(h).all(axis=1)):
-            rows[index] = (FIT_PENALTY + _overload(arrivals[index], float(max_rps[index]))) / RELATIVE_SD
-        return np.concatenate((rows.ravel(), (theta - prior) / PRIOR_SD))
+_LOG_LOWER, _LOG_UPPER = np.log(np.array(STATE_LIMITS[0])), np.log(np.array(STATE_LIMITS[1]))
+_LOG_PRIOR = np.log(np.array(DEFAULT_PARAMS))
+_PRIOR_WEIGHT = 1.0 / PRIOR_SD**2
+_DIFFERENCE_STEP = float(np.finfo(np.float64).eps) ** 0.5
+"""The forward differences' step in θ, relative to max(1, |θ_j|) (scipy's `2-point` default)."""
 
-    starts = [DEFAULT_PARAMS, *(g for e in envs if (g := _guess(e)) is not None)]
-    best: Any = None
-    for origin in list(dict.fromkeys(starts))[:MAX_FIT_STARTS]:
-        theta0 = np.clip(np.log(np.array(origin)), lower + 1e-9, upper - 1e-9)
-        try:
-            with np.errstate(all="ignore"):
-                result = least_squares(residuals, theta0, bounds=(lower, upper), max_nfev=FIT_MAX_EVALUATIONS)
-        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
-            continue
-        usable = bool(np.all(np.isfinite(result.x))) and math.isfinite(result.cost)
-        if usable and (best is None or result.cost < best.cost):
-            best = result
-    if best is None:
+
+class _Runs(NamedTuple):
+    """The fit's runs, one per variant and start, with their pods flattened: run r's pods are the rows
+    `starts[r]` … `ends[r] − 1` of the pod columns (each run carries its own copy of its variant's pods)."""
+
+    problem: list[int]
+    """The variant each run fits (its index in `_fit_many`'s problems)."""
+    theta0: Matrix
+    starts: npt.NDArray[np.intp]
+    ends: npt.NDArray[np.intp]
+    run_of_row: npt.NDArray[np.intp]
+    input_tokens: Vector
+    output_tokens: Vector
+    arrival_rps: Vector
+    max_batch: npt.NDArray[np.int64]
+    z: Matrix
+
+    @staticmethod
+    def of(problems: Sequence[Sequence[Environment]]) -> _Runs:
+        """The starts of each variant with environments: the defaults, then the one-pod guesses of its pods from
+        the least loaded up (the guess assumes a light load), distinct, `MAX_FIT_STARTS` in all."""
+        problem: list[int] = []
+        theta0: list[Vector] = []
+        pods: list[Environment] = []
+        starts: list[int] = []
+        for index, envs in enumerate(problems):
+            if not envs:
+                continue
+            guesses = [g for e in sorted(envs, key=_by_arrivals) if (g := _guess(e)) is not None]
+            origins = list(dict.fromkeys([DEFAULT_PARAMS, *guesses]))[:MAX_FIT_STARTS]
+            served = _serving(origins[1] if len(origins) > 1 else origins[0], envs)
+            for origin in origins + ([served] if served is not None else []):
+                problem.append(index)
+                theta0.append(np.clip(np.log(np.array(origin)), _LOG_LOWER + 1e-9, _LOG_UPPER - 1e-9))
+                starts.append(len(pods))
+                pods.extend(envs)
+        bounds = np.array([*starts, len(pods)], dtype=np.intp)
+        return _Runs(
+            problem,
+            np.array(theta0, dtype=np.float64).reshape(len(problem), 3),
+            bounds[:-1],
+            bounds[1:],
+            np.repeat(np.arange(len(problem), dtype=np.intp), np.diff(bounds)),
+            np.array([e.input_tokens for e in pods], dtype=np.float64),
+            np.array([e.output_tokens for e in pods], dtype=np.float64),
+            np.array([e.arrival_rps for e in pods], dtype=np.float64),
+            np.array([e.max_batch for e in pods], dtype=np.int64),
+            np.array([(e.ttft_ms, e.itl_ms) for e in pods], dtype=np.float64).reshape(len(pods), 2),
+        )
+
+    def rows_of(self, which: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """The pod rows of the runs `which` (ascending), run after run, and where each run's rows begin among them
+        (the `np.add.reduceat` segments)."""
+        counts = self.ends[which] - self.starts[which]
+        begins = np.cumsum(counts) - counts
+        rows = np.arange(int(counts.sum()), dtype=np.intp) + np.repeat(self.starts[which] - begins, counts)
+        return rows, begins.astype(np.intp)
+
+    def residuals(self, theta: Matrix, rows: npt.NDArray[np.intp]) -> Matrix:
+        """The residual rows (len(rows), 2) of the pods `rows`, each at its run's θ (`theta`, a row per run):
+        (h − z) / (σ_z·z), or, for a pod the model cannot serve there, (FIT_PENALTY + ln(λ/λ_max)) / σ_z in both
+        components (FIT_PENALTY + 10 when the model cannot be built at all). One model call for all of them."""
+        batch = self.max_batch[rows]
+        answer = analyze_rows(
+            np.exp(theta[self.run_of_row[rows]]),
+            self.input_tokens[rows],
+            self.output_tokens[rows],
+            self.arrival_rps[rows],
+            max_batch=batch,
+            max_queue=QUEUE_TO_BATCH * batch,
+        )
+        h, z = _h(answer), self.z[rows]
+        out = (h - z) / (RELATIVE_SD * z)
+        unserved = ~np.isfinite(h).all(axis=1)
+        if unserved.any():
+            max_rps, arrivals = answer.max_rps[unserved], self.arrival_rps[rows][unserved]
+            known = np.isfinite(max_rps) & (max_rps > 0)
+            overload = np.full(len(max_rps), 10.0)
+            overload[known] = np.maximum(0.0, np.log(arrivals[known] / max_rps[known]))
+            out[unserved] = ((FIT_PENALTY + overload) / RELATIVE_SD)[:, None]
+        return out
+
+
+def _serving(origin: tuple[float, float, float], envs: Sequence[Environment]) -> tuple[float, float, float] | None:
+    """`origin` scaled down until the model serves every pod with room (λ ≤ λ_max / SERVED_MARGIN), or None when
+    it already does. Scaling (α, β, γ) by 1/s scales the service terms a, b by 1/s and so every μ_n, λ_max with it,
+    by s: s = SERVED_MARGIN · max λ / λ_max(origin). Why: a start that leaves a pod unserved must cross the cliff
+    where that pod becomes served at saturation (a residual ~10⁴ against the penalty's ~4·10²), which a local
+    method does not; from this start it comes from the served side."""
+    alpha, beta, gamma = origin
+    worst = 0.0
+    for env in envs:
+        a, b = Work(alpha, beta, gamma, env.input_tokens, env.output_tokens).service_terms()
+        top_rps = env.max_batch / (a + b * env.max_batch) * 1000.0
+        worst = max(worst, env.arrival_rps / top_rps if top_rps > 0 else math.inf)
+    scale = SERVED_MARGIN * worst
+    if not (1.0 < scale < math.inf):
         return None
-    a, b, c = (float(v) for v in np.exp(best.x))
-    return a, b, c
+    return alpha / scale, beta / scale, gamma / scale
+
+
+def _by_arrivals(env: Environment) -> float:
+    return env.arrival_rps
+
+
+def _costs(res: Matrix, segments: npt.NDArray[np.intp], theta: Matrix) -> Vector:
+    """F = ½ Σ r² of each run: its pods' residual rows (`res`, run after run from `segments`) and its prior's."""
+    prior = (((theta - _LOG_PRIOR) / PRIOR_SD) ** 2).sum(axis=1)
+    return np.asarray(0.5 * (np.add.reduceat((res * res).sum(axis=1), segments) + prior), dtype=np.float64)
+
+
+def _normal_equations(runs: _Runs, theta: Matrix, res: Matrix, which: npt.NDArray[np.intp]) -> tuple[Matrix, Matrix]:
+    """A = JᵀJ and g = Jᵀr of the runs `which` at their θ (`res`: every pod's residual rows there), the prior's
+    rows included (exactly: their Jacobian is I / ln 10). J of the pods' rows by forward differences, one model
+    call a parameter; a step that would leave the state limits goes backwards."""
+    rows, segments = runs.rows_of(which)
+    at = res[rows]
+    jac = np.empty((len(rows), 2, 3))
+    for j in range(3):
+        step = _DIFFERENCE_STEP * np.maximum(1.0, np.abs(theta[:, j]))
+        step = np.where(theta[:, j] + step > _LOG_UPPER[j], -step, step)
+        probe = theta.copy()
+        probe[:, j] += step
+        jac[:, :, j] = (runs.residuals(probe, rows) - at) / step[runs.run_of_row[rows], None]
+    a = np.add.reduceat(np.einsum("pki,pkj->pij", jac, jac), segments, axis=0) + np.eye(3) * _PRIOR_WEIGHT
+    g = np.add.reduceat(np.einsum("pki,pk->pi", jac, at), segments, axis=0)
+    return a, g + (theta[which] - _LOG_PRIOR) * _PRIOR_WEIGHT
+
+
+def _damped_steps(
+    theta: Matrix, a: Matrix, g: Matrix, mu: Vector, reach: Vector
+) -> tuple[Matrix, npt.NDArray[np.bool_]]:
+    """Each run's damped step δ = −(A + μ·diag A)⁻¹ g, shortened to its trust radius (`reach`, the longest move
+    of one θ_j), and whether the run is done instead: its free gradient is ≤ 1e-8 in every θ_j (a minimum), or
+    its system cannot be solved. A parameter at a state limit whose gradient points out of the box is held there
+    (its row and column of the system replaced by the identity's, its gradient by 0)."""
+    held = ((theta <= _LOG_LOWER) & (g > 0)) | ((theta >= _LOG_UPPER) & (g < 0))
+    free = (~held).astype(np.float64)
+    gradient = g * free
+    damped = (a + mu[:, None, None] * (np.eye(3) * a)) * free[:, :, None] * free[:, None, :]
+    damped += np.eye(3) * (1.0 - free)[:, :, None]
+    solvable = np.isfinite(damped).all(axis=(1, 2)) & np.isfinite(gradient).all(axis=1)
+    solvable[solvable] &= np.linalg.det(damped[solvable]) != 0
+    delta = np.zeros_like(theta)
+    delta[solvable] = -np.linalg.solve(damped[solvable], gradient[solvable][:, :, None])[:, :, 0]
+    longest = np.abs(delta).max(axis=1)
+    delta *= np.minimum(1.0, reach / np.maximum(longest, 1e-300))[:, None]
+    flat = solvable & (np.abs(gradient).max(axis=1) <= 1e-8)
+    return delta, ~solvable | flat
+
+
+def _fit_many(problems: Sequence[Sequence[Environment]]) -> list[tuple[float, float, float] | None]:
+    """The MAP fit (module docstring) of every variant of `problems` (each its valid environments), in lockstep: a
+    Levenberg–Marquardt run for each variant and start (`_Runs.of`), every evaluation one `analyze_rows` call for
+    the pods of every run still going.
+
+        minimise  F(θ) = ½ Σ r(θ)²   r: the pods' residual rows (`_Runs.residuals`), (θ − log x_default) / ln 10
+        step      δ = −(A + μ·diag A)⁻¹ g   (A = JᵀJ, g = Jᵀr: `_normal_equations`; `_damped_steps`), no move of a
+                  θ_j longer than the trust radius; θ' = θ + δ clipped to the state limits
+        accept    F(θ') < F(θ): μ ← μ·max(1/3, 1 − (2ρ − 1)³), ν ← 2 (Nielsen), ρ = the decrease over the one the
+                  quadratic model predicted; the radius at least doubles when ρ > 0.75
+        reject    μ ← μ·ν, ν ← 2ν; the radius ← half the step's longest move
+        stop      a decrease ≤ t·F or a move ≤ t·(t + ‖θ‖) (t = `FIT_TOLERANCE`), the free gradient ≤ 1e-8,
+                  μ > 1e16, or `FIT_MAX_EVALUATIONS` steps
+
+    Each variant's answer is its run of lowest F (the first on a tie); None for a variant without environments.
+    Worked example (tests/queueing/test_ekf.py): four pods observed without noise at (20, 0.08, 2e-4) give back
+    each parameter within 5 %.
+
+    Why not scipy's `least_squares` a variant (the fit until 2026-11-27): each of its ~80 evaluations (Jacobian
+    included) solved the variant's pods one by one, and the solver has its own work a step: ~25 ms a variant of
+    10 pods, so a 1,000-VA fleet's first cycle took ~43 s, and filters lost every few cycles (the simulator's
+    servers, further from the model than 5 %) re-fit that often (docs/benchmarks/scale.md, item 16). Here the rows
+    of every run share each call (~1 µs a row). tests/queueing/test_ekf.py compares what it finds with
+    `least_squares` on generated variants. The third start (`_serving`) is what makes it reach as low: without it,
+    from starts that leave a pod unserved, a local method stalls at the cliff where the pod becomes served at
+    saturation (a residual ~10⁴, against the penalty's ~4·10²), which trf's larger first steps often jumped."""
+    runs = _Runs.of(problems)
+    answers: list[tuple[float, float, float] | None] = [None] * len(problems)
+    if not runs.problem:
+        return answers
+    with np.errstate(all="ignore"):
+        search = _Lockstep(runs)
+        for _ in range(FIT_MAX_EVALUATIONS):
+            if not search.step():
+                break
+    best: dict[int, int] = {}
+    for run, index in enumerate(runs.problem):
+        cost = search.cost[run]
+        if (
+            np.isfinite(cost)
+            and np.isfinite(search.theta[run]).all()
+            and (index not in best or cost < search.cost[best[index]])
+        ):
+            best[index] = run
+    for index, run in best.items():
+        alpha, beta, gamma = (float(v) for v in np.exp(search.theta[run]))
+        answers[index] = (alpha, beta, gamma)
+    return answers
+
+
+class _Lockstep:
+    """Every run of a lockstep fit as columns (`_fit_many`): θ, F, the damping μ and its factor ν, the trust
+    radius, A and g at θ (stale after an accepted step), the pods' residual rows at θ, and which runs go on."""
+
+    def __init__(self, runs: _Runs) -> None:
+        count = len(runs.problem)
+        self.runs = runs
+        self.theta = runs.theta0.copy()
+        self.res = runs.residuals(self.theta, np.arange(len(runs.run_of_row), dtype=np.intp))
+        self.cost = _costs(self.res, runs.starts, self.theta)
+        self.mu, self.nu, self.reach = np.full(count, 1e-3), np.full(count, 2.0), np.full(count, FIT_FIRST_REACH)
+        self.a, self.g = np.zeros((count, 3, 3)), np.zeros((count, 3))
+        self.stale = np.ones(count, dtype=np.bool_)
+        self.going = np.isfinite(self.cost)
+
+    def step(self) -> bool:
+        """One step of every run still going (`_fit_many`'s docstring); False when none is left."""
+        runs, theta, a, g = self.runs, self.theta, self.a, self.g
+        fresh = np.flatnonzero(self.going & self.stale)
+        if fresh.size:
+            a[fresh], g[fresh] = _normal_equations(runs, theta, self.res, fresh)
+            self.stale[fresh] = False
+        live = np.flatnonzero(self.going)
+        delta, done = _damped_steps(theta[live], a[live], g[live], self.mu[live], self.reach[live])
+        self.going[live[done]] = False
+        live, delta = live[~done], delta[~done]
+        if not live.size:
+            return False
+        trial = np.clip(theta[live] + delta, _LOG_LOWER, _LOG_UPPER)
+        moved = trial - theta[live]
+        rows, segments = runs.rows_of(live)
+        probe = theta.copy()
+        probe[live] = trial
+        trial_res = runs.residuals(probe, rows)
+        trial_cost = _costs(trial_res, segments, trial)
+        before = self.cost[live]
+        drop = before - trial_cost
+        quadratic = np.einsum("ri,ri->r", g[live], moved) + 0.5 * np.einsum("ri,rij,rj->r", moved, a[live], moved)
+        taken = drop > 0  # NaN is not
+        kept = np.repeat(taken, np.diff(np.append(segments, len(rows))))
+        self.res[rows[kept]] = trial_res[kept]
+        ok = live[taken]
+        theta[ok], self.cost[ok], self.stale[ok] = trial[taken], trial_cost[taken], True
+        self._adapt(live, taken, np.where(quadratic < 0, drop / -quadratic, 0.0), np.abs(moved).max(axis=1))
+        small_drop = taken & (drop <= FIT_TOLERANCE * before)
+        small_move = np.linalg.norm(moved, axis=1) <= FIT_TOLERANCE * (
+            FIT_TOLERANCE + np.linalg.norm(theta[live], axis=1)
+        )
+        self.going[live[small_drop | small_move | (self.mu[live] > 1e16)]] = False
+        return True
+
+    def _adapt(self, live: npt.NDArray[np.intp], taken: npt.NDArray[np.bool_], rho: Vector, longest: Vector) -> None:
+        """μ, ν and the trust radius after a step: taken (ρ the actual over the predicted decrease) or not."""
+        mu, nu, reach = self.mu, self.nu, self.reach
+        ok, no = live[taken], live[~taken]
+        mu[ok] *= np.maximum(1.0 / 3.0, 1.0 - (2.0 * rho[taken] - 1.0) ** 3)
+        nu[ok] = 2.0
+        widen = taken & (rho > 0.75)
+        reach[live[widen]] = np.maximum(reach[live[widen]], 2.0 * longest[widen])
+        mu[no] *= nu[no]
+        nu[no] *= 2.0
+        reach[no] = np.maximum(0.5 * longest[~taken], 1e-12)
 
 
 # ---- update --------------------------------------------------------------------------------------------------
@@ -643,21 +881,30 @@ def advance(previous: FilterState | None, environments: Sequence[Environment], *
 def advance_many(
     jobs: Sequence[tuple[FilterState | None, Sequence[Environment]]], *, now_s: float
 ) -> list[Outcome | None]:
-    """`advance` for many variants: the cold starts and re-fits one by one, every update in one `update_many`."""
+    """`advance` for many variants: every cold start and re-fit in one lockstep fit (`initial_states`), every update
+    in one `update_many`."""
     outcomes: list[Outcome | None] = [None] * len(jobs)
     updates: list[tuple[int, FilterState, list[Environment]]] = []
+    fits: list[tuple[int, FilterState | None, list[Environment]]] = []
     for index, (previous, environments) in enumerate(jobs):
         envs = [e for e in environments if e.valid]
         if previous is None:
-            outcomes[index] = Outcome(initial_state(envs, now_s=now_s), started="cold start") if envs else None
+            if envs:
+                fits.append((index, None, envs))
         elif not envs:
             outcomes[index] = Outcome(previous, reasons=("no busy pod with TTFT and ITL",))
         elif previous.lost_cycles >= LOST_AFTER_CYCLES:
-            refit = initial_state(envs, now_s=now_s)
-            kept = replace(refit, accepted=previous.accepted, rejected=previous.rejected)
-            outcomes[index] = Outcome(kept, started="re-fitted")
+            fits.append((index, previous, envs))
         else:
             updates.append((index, previous, envs))
+    fitted = initial_states([envs for _, _, envs in fits], now_s=now_s)
+    for (index, previous, _), state in zip(fits, fitted, strict=True):
+        if previous is None:
+            outcomes[index] = Outcome(state, started="cold start")
+        else:
+            outcomes[index] = Outcome(
+                replace(state, accepted=previous.accepted, rejected=previous.rejected), started="re-fitted"
+            )
     updated = _update_valid([(previous, envs) for _, previous, envs in updates], now_s=now_s)
     for (index, _, _), outcome in zip(updates, updated, strict=True):
         outcomes[index] = outcome
