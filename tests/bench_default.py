@@ -14,7 +14,9 @@ as the reconciler decides (`decide_cycle`), in a child process:
 * the same for the predictive configurations once every model's forecaster holds a full history (`full_histories`:
   `max_points` steps, 4 h at 30 s), the steady state of a `serve` that has run for hours — the first cycles' short
   histories hid a third of its cost (docs/benchmarks/scale.md, item 12);
-* the first cycle of the learning configuration (every variant's cold-start fit);
+* the first cycle of the learning configuration (every variant's cold-start fit), and the mean of its next
+  `REFIT_CYCLES` cycles with the re-fits its filters make (every fourth cycle on this fleet, whose latencies no
+  α, β, γ fit; the simulator's servers re-fit about as often: docs/benchmarks/scale.md, item 16);
 * the event loop while a learning cycle of the first size decides in the reconciler's decide thread
   (`adapter.reconciler.loop._DECIDER`): the longest gap between the wake-ups of a 5-ms ticker, against the
   decide's own length (how long the loop stood still when decide ran on it).
@@ -43,6 +45,8 @@ PROFILES = (
     "  L4: {alpha: 55, beta: 0.17, gamma: 0.0006}\n"
 )
 """A profile for each accelerator of the benchmark fleet (docs/configuration.md, `acceleratorProfiles`)."""
+REFIT_CYCLES = 8
+"""Cycles of the learning fleet measured with its re-fits (two of them, every fourth cycle)."""
 
 
 def configs() -> dict[str, Any]:
@@ -171,7 +175,22 @@ def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
                     args = (snapshot, state, config, NOW_S + 30 * cycles)
                     row["loop_stall_ms"], row["decide_wall_ms"] = (x * 1e3 for x in asyncio.run(_stall(decide, args)))
                 figures["rows"].append(row)
+            if name == "learning":
+                figures["refits"] = _with_refits(decide, snapshot, cold, config, n)
     return figures
+
+
+def _with_refits(decide: Any, snapshot: Any, cold: Any, config: Any, n: int) -> dict[str, Any]:
+    """The learning fleet's cycles after its first, `REFIT_CYCLES` of them: the mean, which the re-fits make (this
+    fleet's latencies fit no α, β, γ, so its filters are lost and re-fit every fourth cycle), and the longest."""
+    from tests.bench_collect import NOW_S
+
+    state, cpu_s = cold, []
+    for cycle in range(REFIT_CYCLES):
+        started = time.process_time()
+        _, state = decide(snapshot, state, config, NOW_S + 30 * cycle)
+        cpu_s.append(time.process_time() - started)
+    return {"vas": n, "cycles": REFIT_CYCLES, "mean_cpu_s": statistics.mean(cpu_s), "max_cpu_s": max(cpu_s)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -196,6 +215,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"            event loop while it decides in the reconciler's thread: longest stall "
                 f"{row['loop_stall_ms']:.1f} ms during a {row['decide_wall_ms']:.0f}-ms decide"
             )
+    refits = figures.get("refits")
+    if refits:
+        print(
+            f"  learning  {refits['vas']:>6,} VAs, {refits['cycles']} cycles after the first, re-fits included: "
+            f"mean {refits['mean_cpu_s'] * 1e3:.0f} ms ({refits['mean_cpu_s'] / refits['vas'] * 1e6:.0f} us a VA), "
+            f"longest {refits['max_cpu_s']:.2f} s"
+        )
     return figures
 
 
