@@ -112,8 +112,8 @@ failed step and at least doubles after one that did as its quadratic model said.
 FIT_PENALTY = 10.0
 """Relative residual of a pod the model cannot serve at a trial θ (plus ln(λ/λ_max))."""
 MAX_FIT_STARTS = 2
-"""The defaults and the least loaded pod's guess; then, when some pod is unserved at the guess, the guess scaled down
-to serve it (`_serving`)."""
+"""The defaults and the least loaded pod's guess; then, when some pod is unserved at the guess (the defaults without
+one), that start scaled down to serve it (`_serving`)."""
 SERVED_MARGIN = 1.5
 """The room a fit's third start leaves the most loaded pod: λ ≤ λ_max / 1.5 (`_serving`)."""
 COLD_START_SD = 1.0
@@ -403,11 +403,6 @@ def _guess(env: Environment) -> tuple[float, float, float] | None:
     return alpha, beta, gamma
 
 
-def _fit(envs: Sequence[Environment]) -> tuple[float, float, float] | None:
-    """The MAP fit of one variant (`_fit_many` of one)."""
-    return _fit_many([envs])[0]
-
-
 _LOG_LOWER, _LOG_UPPER = np.log(np.array(STATE_LIMITS[0])), np.log(np.array(STATE_LIMITS[1]))
 _LOG_PRIOR = np.log(np.array(DEFAULT_PARAMS))
 _PRIOR_WEIGHT = 1.0 / PRIOR_SD**2
@@ -433,8 +428,9 @@ class _Runs(NamedTuple):
 
     @staticmethod
     def of(problems: Sequence[Sequence[Environment]]) -> _Runs:
-        """The starts of each variant with environments: the defaults, then the one-pod guesses of its pods from
-        the least loaded up (the guess assumes a light load), distinct, `MAX_FIT_STARTS` in all."""
+        """The runs of each variant with environments: from the defaults, from the guess of its least loaded pod
+        that has one (the guess assumes a light load), and, when that start (the defaults without a guess) leaves
+        a pod unserved, from it scaled down to serve every pod (`_serving`)."""
         problem: list[int] = []
         theta0: list[Vector] = []
         pods: list[Environment] = []
