@@ -305,6 +305,43 @@ def test_rows_agree_with_one_model_at_a_time(rows):
         assert got.max_rps[index] == pytest.approx(qm.rate_range_rps.max_rps, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("a_ms", "b_ms", "max_batch", "lam_per_ms"),
+    [
+        pytest.param(2646.05, 66.0608, 256, 0.005, id="closed-form-docstring-example"),
+        pytest.param(2646.05, 0.0, 256, 0.05, id="b-zero-summed"),
+        pytest.param(2646.05, 2646.05 / 2e4, 64, 0.01, id="a-over-b-2e4-summed"),
+        pytest.param(500.0, 0.0, 1, 0.001, id="one-state-summed"),
+    ],
+)
+def test_heads_as_arrays_are_the_chains_head(a_ms, b_ms, max_batch, lam_per_ms):
+    """`_heads` gives each row `_Chain.head`'s (ln w_N, Σ w, Σ n·w), the heads summed state by state (b = 0 or
+    a/b > NB_MAX_SHAPE) as well as the closed forms, whatever rows share the call."""
+    from adapter.analyzers.queueing.model import _Chain, _heads
+
+    other = (1200.0, 0.0, 8, 0.002)  # a summed head of another N in the same call
+    a, b, n, lam = (
+        np.array(column, dtype=np.float64) for column in zip((a_ms, b_ms, max_batch, lam_per_ms), other, strict=True)
+    )
+    got = _heads(lam, a, b, n)
+    for row in range(2):
+        chain = _Chain(float(a[row]), float(b[row]), int(n[row]), 0, 0.0)
+        expected = chain.head(float(lam[row]))
+        assert [float(column[row]) for column in got] == pytest.approx(expected, rel=1e-12, abs=1e-300)
+
+
+def test_summed_heads_are_solved_as_arrays(monkeypatch):
+    """Rows whose head has no closed form (here β = γ = 0, so b = 0) no longer go to the row-by-row solve."""
+    from adapter.analyzers.queueing import model as qm_module
+
+    def refuse(row):
+        raise AssertionError(f"solved one by one: {row}")
+
+    monkeypatch.setattr(qm_module, "_analyze_row", refuse)
+    got = qm_module.analyze_rows(np.array([[20.0, 0.0, 0.0]] * 3), 512.0, 128.0, 0.5, max_batch=64, max_queue=640)
+    assert got.ok.all()
+
+
 def test_no_rows_give_empty_answers():
     from adapter.analyzers.queueing.model import analyze_rows
 

@@ -469,13 +469,14 @@ def analyze_rows(
 
     The rows are solved as arrays (`_solve_rows`: the same equations as `_solve_chain`, one numpy or scipy call per
     step for all rows), which is what makes the EKF's lockstep over many variants cheap: ~1 µs a row against ~10 µs
-    solving them one by one. Rows the closed forms do not cover — the head summed element by element (b = 0 or
-    a/b > `NB_MAX_SHAPE`) or a queue ratio within 1/Q of 1 — are solved one by one by `_solve_chain`. Agrees with
-    `analyze` row by row to ~1e-13 relative (numpy's vectorised log and exp round differently from libm's in the
-    last bit; tests/queueing/test_model.py).
+    solving them one by one. A head with no closed form (b = 0 or a/b > `NB_MAX_SHAPE`) is summed state by state
+    as a matrix of the rows of one N (`_heads`; the EKF's fits try such parameters, and one by one they were a
+    fifth of a 1,000-VA fit: docs/benchmarks/scale.md, item 17). Rows whose queue ratio lies within 1/Q of 1 are
+    solved one by one by `_solve_chain`. Agrees with `analyze` row by row to ~1e-13 relative (numpy's vectorised log
+    and exp round differently from libm's in the last bit; tests/queueing/test_model.py).
 
     `one_by_one` solves every row by `_solve_chain` instead (~9 µs a row, where the arrays cost ~150 µs a call
-    whatever its size): the cold-start fit's calls of a few pods each (`ekf._predict`)."""
+    whatever its size)."""
     rows = len(params_ms)
     table = np.empty((rows, 8))  # α, β, γ, I, O, rate, N, Q
     table[:, :3] = params_ms
@@ -521,10 +522,12 @@ def _analyze_arrays(table: npt.NDArray[np.float64], out: npt.NDArray[np.float64]
 
 
 def _closed_form(a: Array, b: Array, q: Array, log_r: Array, *, summed_up_to: int) -> npt.NDArray[np.bool_]:
-    """The rows `_solve_rows` solves: the head in closed form (b > 0, a/b ≤ `NB_MAX_SHAPE`) and a queue it can sum —
-    in closed form, its ratio at least 1/Q away from 1 in log, or term by term, at most `summed_up_to` states
-    (`analyze_rows` 0, which keeps its rows as they were; `max_rates` `ROWS_TERM_BY_TERM`)."""
-    return np.asarray((b > 0) & (a <= NB_MAX_SHAPE * b) & ((q <= summed_up_to) | (np.abs(log_r) * q >= 1.0)))
+    """The rows `_solve_rows` solves: every head (in closed form, or summed state by state for b = 0 or
+    a/b > `NB_MAX_SHAPE`) with a queue it can sum — in closed form, its ratio at least 1/Q away from 1 in log, or
+    term by term, at most `summed_up_to` states (`analyze_rows` 0, which keeps its rows as they were; `max_rates`
+    `ROWS_TERM_BY_TERM`). `a` and `b` are the service terms (the heads' condition; kept for the callers' symmetry)."""
+    del a, b
+    return np.asarray((q <= summed_up_to) | (np.abs(log_r) * q >= 1.0))
 
 
 def _analyze_one(row: Sequence[float]) -> tuple[float, float, float, float]:
@@ -638,14 +641,7 @@ def _solve_rows(c: _Columns) -> _SolvedRows:
     state, a ratio at least 1/Q away from 1 in log, or at most `ROWS_TERM_BY_TERM` states: the same equations step
     for step."""
     lam, n, q, log_r = c.lam, c.n, c.q, c.log_r
-    x, r = lam * c.b, c.a / c.b + 1.0
-    log_w_n = _log_rising_rows(r, n) - special.gammaln(n + 1.0) + n * np.log(x) + r * np.log1p(-x)
-    mass, shifted = np.ones_like(x), np.ones_like(x)
-    summed = ~(_negligible_tails(r, n + 1.0, x) & _negligible_tails(r + 1.0, n, x))
-    if summed.any():
-        mass[summed] = special.betainc(r[summed], n[summed] + 1.0, 1.0 - x[summed])
-        shifted[summed] = special.betainc(r[summed] + 1.0, n[summed], 1.0 - x[summed])
-    first = r * x / (1.0 - x) * shifted
+    log_w_n, mass, first = _heads(lam, c.a, c.b, n)
     log_w_k = log_w_n + q * log_r
     scale = np.where(log_w_k > 0, np.exp(-log_w_k), 1.0)
     w_n, w_k = np.exp(log_w_n) * scale, np.exp(np.minimum(log_w_k, 0.0))
@@ -666,6 +662,34 @@ def _solve_rows(c: _Columns) -> _SolvedRows:
     prefill = (c.alpha + in_servers * c.delta + (c.beta + c.gamma) * c.i) * (c.i != 0)
     itl = (service - prefill) / c.o
     return _SolvedRows(wait + prefill + itl, itl, in_servers, wait, throughput)
+
+
+def _heads(lam: Array, a: Array, b: Array, n: Array) -> tuple[Array, Array, Array]:
+    """`_Chain.head` for arrays: (ln w_N, Σ w_n, Σ n·w_n) a row. In closed form (the negative binomial's incomplete
+    beta functions) where b > 0 and a/b ≤ `NB_MAX_SHAPE`; else summed state by state, the rows of one N together as
+    a matrix of N + 1 states a row, with `head`'s operations (a cumulative sum of ln μ_n along each row)."""
+    closed = (b > 0) & (a <= NB_MAX_SHAPE * b)
+    log_w_n, mass, first = np.empty_like(lam), np.empty_like(lam), np.empty_like(lam)
+    if closed.any():
+        lam_c, n_c = lam[closed], n[closed]
+        x, r = lam_c * b[closed], a[closed] / b[closed] + 1.0
+        log_w_n[closed] = _log_rising_rows(r, n_c) - special.gammaln(n_c + 1.0) + n_c * np.log(x) + r * np.log1p(-x)
+        mass_c, shifted = np.ones_like(x), np.ones_like(x)
+        summed = ~(_negligible_tails(r, n_c + 1.0, x) & _negligible_tails(r + 1.0, n_c, x))
+        if summed.any():
+            mass_c[summed] = special.betainc(r[summed], n_c[summed] + 1.0, 1.0 - x[summed])
+            shifted[summed] = special.betainc(r[summed] + 1.0, n_c[summed], 1.0 - x[summed])
+        mass[closed], first[closed] = mass_c, r * x / (1.0 - x) * shifted
+    for count in np.unique(n[~closed]).tolist():
+        rows = ~closed & (n == count)
+        states = _head_states(int(count))
+        log_mu = np.log(states[1:] / (a[rows, None] + b[rows, None] * states[1:]))
+        log_w = np.multiply.outer(np.log(lam[rows]), states)
+        log_w[:, 1:] -= np.cumsum(log_mu, axis=1)
+        top = log_w.max(axis=1)
+        w = np.exp(log_w - top[:, None])
+        log_w_n[rows], mass[rows], first[rows] = log_w[:, -1] - top, w.sum(axis=1), (w * states).sum(axis=1)
+    return log_w_n, mass, first
 
 
 class _Target(NamedTuple):
