@@ -580,7 +580,7 @@ def _fit_many(problems: Sequence[Sequence[Environment]]) -> list[tuple[float, fl
     each parameter within 5 %.
 
     Why not scipy's `least_squares` a variant (the fit until 2026-11-27): each of its ~80 evaluations (Jacobian
-    included) solved the variant's pods one by one, and the solver has its own work a step: ~25 ms a variant of
+    included) solved the variant's pods one by one, and the solver has its own work a step: 25–50 ms a variant of
     10 pods, so a 1,000-VA fleet's first cycle took ~43 s, and filters lost every few cycles (the simulator's
     servers, further from the model than 5 %) re-fit that often (docs/benchmarks/scale.md, item 16). Here the rows
     of every run share each call (~1 µs a row). tests/queueing/test_ekf.py compares what it finds with
