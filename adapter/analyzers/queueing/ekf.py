@@ -105,7 +105,8 @@ FIT_MAX_EVALUATIONS = 200
 """The most steps a fit's run takes (each one evaluation, and three more for the Jacobian after an accepted one)."""
 FIT_TOLERANCE = 1e-6
 """A fit's run stops when a step lowers its cost by at most this share, or moves θ by at most this (relative): the
-fit starts a filter whose P0 is a factor e wide. scipy's default, 1e-8, took a third more steps at 1,000 VAs."""
+fit starts a filter whose P0 is a factor e wide. At scipy's default, 1e-8, a 1,000-VA fit took 58 % more steps
+(a third more time)."""
 FIT_FIRST_REACH = 20.0
 """A fit's first trust radius in θ: no limit in practice (the box is ~11 wide in each θ_j); it halves after a
 failed step and at least doubles after one that did as its quadratic model said."""
