@@ -512,7 +512,7 @@ def _analyze_arrays(table: npt.NDArray[np.float64], out: npt.NDArray[np.float64]
         valid &= rate <= max_rps
         lam = rate / 1000.0
         log_r = np.log(lam) - np.log(mu_top)
-        closed = valid & _closed_form(a, b, q, log_r, summed_up_to=0)
+        closed = valid & _summable(q, log_r, summed_up_to=0)
         if closed.any():
             columns = _Columns(alpha, beta, gamma, i, o, n, q, a, b, delta, lam, log_r)
             solved = _solve_rows(_Columns(*(c[closed] for c in columns)))
@@ -521,12 +521,10 @@ def _analyze_arrays(table: npt.NDArray[np.float64], out: npt.NDArray[np.float64]
         out[index, :3] = _analyze_row(table[index].tolist())
 
 
-def _closed_form(a: Array, b: Array, q: Array, log_r: Array, *, summed_up_to: int) -> npt.NDArray[np.bool_]:
-    """The rows `_solve_rows` solves: every head (in closed form, or summed state by state for b = 0 or
-    a/b > `NB_MAX_SHAPE`) with a queue it can sum — in closed form, its ratio at least 1/Q away from 1 in log, or
-    term by term, at most `summed_up_to` states (`analyze_rows` 0, which keeps its rows as they were; `max_rates`
-    `ROWS_TERM_BY_TERM`). `a` and `b` are the service terms (the heads' condition; kept for the callers' symmetry)."""
-    del a, b
+def _summable(q: Array, log_r: Array, *, summed_up_to: int) -> npt.NDArray[np.bool_]:
+    """The rows `_solve_rows` solves (any head, `_heads`): those whose queue it can sum — in closed form, its ratio
+    at least 1/Q away from 1 in log, or term by term, at most `summed_up_to` states (`analyze_rows` 0, which keeps
+    its rows as they were; `max_rates` `ROWS_TERM_BY_TERM`)."""
     return np.asarray((q <= summed_up_to) | (np.abs(log_r) * q >= 1.0))
 
 
@@ -637,9 +635,8 @@ class _SolvedRows(NamedTuple):
 
 
 def _solve_rows(c: _Columns) -> _SolvedRows:
-    """`_solve_chain` for rows whose head has its closed form (b > 0, a/b ≤ `NB_MAX_SHAPE`) and whose queue has no
-    state, a ratio at least 1/Q away from 1 in log, or at most `ROWS_TERM_BY_TERM` states: the same equations step
-    for step."""
+    """`_solve_chain` for rows whose queue has no state, a ratio at least 1/Q away from 1 in log, or at most
+    `ROWS_TERM_BY_TERM` states (`_summable`), whatever their head (`_heads`): the same equations step for step."""
     lam, n, q, log_r = c.lam, c.n, c.q, c.log_r
     log_w_n, mass, first = _heads(lam, c.a, c.b, n)
     log_w_k = log_w_n + q * log_r
@@ -1178,7 +1175,7 @@ class _Solver:
         lam = rates_rps / 1000.0
         with np.errstate(all="ignore"):
             log_r = np.log(lam) - log_mu_top
-            closed = _closed_form(a, b, q, log_r, summed_up_to=ROWS_TERM_BY_TERM)
+            closed = _summable(q, log_r, summed_up_to=ROWS_TERM_BY_TERM)
             if closed.any():
                 columns = _Columns(alpha, beta, gamma, i, o, n, q, a, b, delta, lam, log_r)
                 out[closed] = np.column_stack(_solve_rows(_Columns(*(c[closed] for c in columns))))
