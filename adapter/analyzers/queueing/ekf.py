@@ -374,12 +374,12 @@ def _new_state(x: Sequence[float], p0: Matrix, now_s: float) -> FilterState:
 def initial_state(envs: Sequence[Environment], *, now_s: float) -> FilterState:
     """A cold start: the MAP fit of θ to `envs` with P0 = diag(1²) (module docstring); the defaults with
     P0 = diag((ln 10)²) when no environment is usable or the fit fails."""
-    return initial_states([envs], now_s=now_s)[0]
+    return _started(_fit_many([[e for e in envs if e.valid]]), now_s=now_s)[0]
 
 
-def initial_states(problems: Sequence[Sequence[Environment]], *, now_s: float) -> list[FilterState]:
-    """`initial_state` of many variants, their fits in one lockstep (`_fit_many`)."""
-    fitted = _fit_many([[e for e in envs if e.valid] for envs in problems])
+def _started(fitted: Sequence[tuple[float, float, float] | None], *, now_s: float) -> list[FilterState]:
+    """The state each fit starts (`initial_state`): the fitted parameters with P0 = diag(1²), or the defaults with
+    P0 = diag((ln 10)²) where there was no fit."""
     return [
         _new_state(DEFAULT_PARAMS, np.eye(3) * PRIOR_SD**2, now_s)
         if x is None
@@ -878,8 +878,8 @@ def advance(previous: FilterState | None, environments: Sequence[Environment], *
 def advance_many(
     jobs: Sequence[tuple[FilterState | None, Sequence[Environment]]], *, now_s: float
 ) -> list[Outcome | None]:
-    """`advance` for many variants: every cold start and re-fit in one lockstep fit (`initial_states`), every update
-    in one `update_many`."""
+    """`advance` for many variants: every cold start and re-fit in one lockstep fit (`_fit_many`), every update in
+    one `update_many`."""
     outcomes: list[Outcome | None] = [None] * len(jobs)
     updates: list[tuple[int, FilterState, list[Environment]]] = []
     fits: list[tuple[int, FilterState | None, list[Environment]]] = []
@@ -894,7 +894,7 @@ def advance_many(
             fits.append((index, previous, envs))
         else:
             updates.append((index, previous, envs))
-    fitted = initial_states([envs for _, _, envs in fits], now_s=now_s)
+    fitted = _started(_fit_many([envs for _, _, envs in fits]), now_s=now_s)  # their environments valid already
     for (index, previous, _), state in zip(fits, fitted, strict=True):
         if previous is None:
             outcomes[index] = Outcome(state, started="cold start")
