@@ -163,6 +163,40 @@ def test_a_step_holds_a_parameter_at_its_limit_when_the_gradient_points_out() ->
     assert done[0]  # nothing free to move: a minimum within the box
 
 
+@pytest.mark.parametrize(
+    ("problem", "cost", "chosen"),
+    [
+        pytest.param([0, 0, 0], [5.0, 2.0, 3.0], [False, True, False], id="the-lowest"),
+        pytest.param([0, 0, 1, 1], [2.0, 2.0, 7.0, 1.0], [True, False, False, True], id="first-on-a-tie"),
+        pytest.param([0, 0, 0], [math.nan, math.inf, 9.0], [False, False, True], id="not-finite-never"),
+        pytest.param([0, 0, 1], [math.nan, math.inf, 4.0], [False, False, True], id="none-finite-none"),
+        pytest.param([1, 1, 3], [3.0, 1.0, 4.0], [False, True, True], id="variants-without-runs"),
+    ],
+)
+def test_the_run_of_lowest_cost_goes_on_for_each_variant(
+    problem: list[int], cost: list[float], chosen: list[bool]
+) -> None:
+    assert ekf._lowest_of_each(problem, np.array(cost)).tolist() == chosen
+
+
+def test_only_the_start_of_lowest_cost_is_run() -> None:
+    """A variant with three starts: the run from the start of lowest cost moves; the two others stay where they
+    started, each costing more than where the chosen run ends, so the answer is the chosen run's."""
+    envs = _generated("unlike", 3)
+    runs = ekf._Runs.of([envs])
+    assert len(runs.problem) == 3
+    search = ekf._Lockstep(runs)
+    start_cost = search.cost.copy()
+    with np.errstate(all="ignore"):
+        while search.step():
+            pass
+    chosen = int(np.argmin(start_cost))
+    others = [r for r in range(3) if r != chosen]
+    assert search.theta[others].tolist() == runs.theta0[others].tolist()
+    assert search.cost[chosen] < start_cost[chosen]
+    assert ekf._fit_many([envs])[0] == pytest.approx(tuple(np.exp(search.theta[chosen])), rel=1e-12)
+
+
 def _reference_fit(envs: list[ekf.Environment]) -> float:
     """F at the minimum scipy's `least_squares` (trf) finds from the defaults and the first pod's guess: the fit
     before 2026-11-27, on the same residuals."""
