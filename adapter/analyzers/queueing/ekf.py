@@ -609,10 +609,10 @@ def _lowest_of_each(problem: Sequence[int], cost: Vector) -> BoolArray:
 
     Why one run a variant, not all of them (2026-11-28): a start ahead at the outset nearly always stays ahead.
     Every start run to its end and the best kept, against the best start alone, on the fits of the simulator's
-    learning runs (seed 0: 584 variants), the benchmark's fleet (796) and 360 generated variants: the same answer
-    on all but 25, 1 and 2 of them, for a third of the work; in the closed loop (74 runs each of the predictive
-    analyzer learning and of `wva-slo`) attainment −0.01 and +2.3 points, cost −0.3 % and +2.3 %
-    (docs/benchmarks/scale.md, item 18)."""
+    learning runs (seed 0: 584 variants), the benchmark's fleet (796) and 360 generated variants: an answer within
+    0.1 % of the cost on all but 25, 1 and 2 of them, for a third of the work; in the closed loop (148 runs each of
+    the predictive analyzer learning and of `wva-slo`, seeds 0–3) attainment 86.64 → 86.64 % and 67.17 → 68.38 %,
+    cost −0.04 % and +1.2 % (docs/benchmarks/scale.md, item 18)."""
     finite = np.where(np.isfinite(cost), cost, np.inf)
     runs = np.asarray(problem, dtype=np.intp)
     lowest = np.full(int(runs.max()) + 1, np.inf)
