@@ -171,6 +171,7 @@ def test_a_step_holds_a_parameter_at_its_limit_when_the_gradient_points_out() ->
         pytest.param([0, 0, 0], [math.nan, math.inf, 9.0], [False, False, True], id="not-finite-never"),
         pytest.param([0, 0, 1], [math.nan, math.inf, 4.0], [False, False, True], id="none-finite-none"),
         pytest.param([1, 1, 3], [3.0, 1.0, 4.0], [False, True, True], id="variants-without-runs"),
+        pytest.param([], [], [], id="no-runs"),
     ],
 )
 def test_the_run_of_lowest_cost_goes_on_for_each_variant(

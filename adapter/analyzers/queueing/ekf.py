@@ -615,7 +615,7 @@ def _lowest_of_each(problem: Sequence[int], cost: Vector) -> BoolArray:
     cost −0.04 % and +1.2 % (docs/benchmarks/scale.md, item 18)."""
     finite = np.where(np.isfinite(cost), cost, np.inf)
     runs = np.asarray(problem, dtype=np.intp)
-    lowest = np.full(int(runs.max()) + 1, np.inf)
+    lowest = np.full(int(runs.max(initial=-1)) + 1, np.inf)
     np.minimum.at(lowest, runs, finite)
     chosen = np.zeros(len(runs), dtype=np.bool_)
     candidates = np.flatnonzero(np.isfinite(finite) & (finite == lowest[runs]))
