@@ -462,6 +462,37 @@ def test_a_lost_filter_is_refitted_and_then_tracks_the_new_hardware() -> None:
     assert (state.lower, state.upper) == ekf.STATE_LIMITS
 
 
+def test_a_refit_also_starts_from_what_the_filter_had_learned() -> None:
+    """A re-fit's runs: the cold start's, and the lost filter's parameters last; a cold start has none of its own.
+    When the lost filter's parameters are where the pods say, that start costs least and the fit ends there."""
+    converged, rng = _converged()
+    learned = (converged.alpha_ms, converged.beta_ms, converged.gamma_ms)
+    pods = [conv.observation(rng) for _ in range(4)]
+    cold, refit = ekf._Runs.of([pods]), ekf._Runs.of([pods, pods], [None, learned])
+    own = len(cold.problem)
+    assert refit.problem == [0] * own + [1] * (own + 1)
+    assert refit.theta0[: 2 * own].tolist() == [*cold.theta0.tolist(), *cold.theta0.tolist()]
+    assert np.exp(refit.theta0[-1]) == pytest.approx(learned, rel=1e-12)
+    exact = [_exact(TRUE, fraction, 512, 128) for fraction in (0.2, 0.4, 0.6, 0.8)]
+    search = ekf._Lockstep(ekf._Runs.of([exact], [TRUE]))
+    assert search.chosen.tolist() == [False] * (len(search.chosen) - 1) + [True]  # the learned start costs least
+    assert ekf._fit_many([exact], [TRUE])[0] == pytest.approx(TRUE, rel=1e-2)  # the prior moves γ by 0.5 %
+
+    seen: list[Any] = []
+    fit = ekf._fit_many
+
+    def spy(problems: Any, previous: Any = ()) -> Any:
+        seen.append(list(previous))
+        return fit(problems, previous)
+
+    lost = dataclasses.replace(converged, lost_cycles=ekf.LOST_AFTER_CYCLES)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ekf, "_fit_many", spy)
+        outcomes = ekf.advance_many([(None, pods), (lost, pods)], now_s=60.0)
+    assert seen == [[None, learned]]
+    assert [o.started for o in outcomes if o] == ["cold start", "re-fitted"]
+
+
 def test_a_lone_false_rejection_does_not_make_the_filter_lost() -> None:
     state, rng = _converged()
     good = [conv.observation(rng) for _ in range(3)]
