@@ -435,8 +435,8 @@ class _Runs(NamedTuple):
     ) -> _Runs:
         """The runs of each variant with environments: from the defaults, from the guess of its least loaded pod
         that has one (the guess assumes a light load), when that start (the defaults without a guess) leaves a pod
-        unserved from it scaled down to serve every pod (`_serving`), and from what the variant had learned when it
-        has `previous` parameters (a re-fit)."""
+        unserved, from it scaled down to serve every pod (`_serving`), and, when the variant has `previous`
+        parameters (a re-fit), from what it had learned."""
         problem: list[int] = []
         theta0: list[Vector] = []
         pods: list[Environment] = []
