@@ -195,6 +195,7 @@ def test_only_the_start_of_lowest_cost_is_run() -> None:
     others = [r for r in range(3) if r != chosen]
     assert search.theta[others].tolist() == runs.theta0[others].tolist()
     assert search.cost[chosen] < start_cost[chosen]
+    assert (search.cost[others] > search.cost[chosen]).all()
     assert ekf._fit_many([envs])[0] == pytest.approx(tuple(np.exp(search.theta[chosen])), rel=1e-12)
 
 
