@@ -602,9 +602,7 @@ def _fit_many(
         return answers
     with np.errstate(all="ignore"):
         search = _Lockstep(runs)
-        for _ in range(FIT_MAX_EVALUATIONS):
-            if not search.step():
-                break
+        search.run()
     for run in np.flatnonzero(search.chosen).tolist():
         if np.isfinite(search.theta[run]).all():
             alpha, beta, gamma = (float(v) for v in np.exp(search.theta[run]))
@@ -648,6 +646,12 @@ class _Lockstep:
         self.stale = np.ones(count, dtype=np.bool_)
         self.chosen = _lowest_of_each(runs.problem, self.cost)
         self.going = self.chosen.copy()
+
+    def run(self) -> None:
+        """Step until no run is left going, at most `FIT_MAX_EVALUATIONS` steps."""
+        for _ in range(FIT_MAX_EVALUATIONS):
+            if not self.step():
+                break
 
     def step(self) -> bool:
         """One step of every run still going (`_fit_many`'s docstring); False when none is left."""
