@@ -206,6 +206,19 @@ def test_exact_at_every_edge(pairs: list[tuple[float, float]]) -> None:
             assert lower == upper == got
 
 
+@settings(max_examples=300)
+@given(histograms(), st.one_of(bounds, st.sampled_from([math.nan, INF, -INF, 0.0, -0.0])), st.data())
+def test_is_edge_is_membership_in_the_finite_bounds(
+    pairs: list[tuple[float, float]], bound: float, data: st.DataObject
+) -> None:
+    """`is_edge` searches the buckets themselves: the same answer as `bound in edges_s` (an edge drawn from the
+    histogram half of the time, so both answers are exercised)."""
+    h = LatencyHistogram.from_pairs(pairs)
+    if data.draw(st.booleans(), label="an edge"):
+        bound = data.draw(st.sampled_from(h.edges_s), label="edge")
+    assert h.is_edge(bound) is (bound in h.edges_s)
+
+
 @settings(max_examples=200)
 @given(histograms(), bounds, st.randoms(use_true_random=False))
 def test_order_of_buckets_on_input_is_irrelevant(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.model import ServiceParams
 from adapter.analyzers.queueing.slo import MAX_FALLBACK_ITL_MS, MAX_FALLBACK_TTFT_MS, Slo, resolve_slo
-from adapter.analyzers.queueing.workload import Workload, workload
+from adapter.analyzers.queueing.workload import Workload, usable, workload
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.snapshot import PodMetrics
 
@@ -142,6 +142,44 @@ def test_missing_values_of_a_busy_pod_count_as_zero_not_nan() -> None:
     assert load.input_tokens == 200  # (2·0 + 2·400) / 4
     assert load.ttft_ms == pytest.approx(150)  # NaN counted as 0
     assert all(math.isfinite(v) for v in (load.input_tokens, load.ttft_ms, load.itl_ms))
+
+
+metric_values = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True), st.floats(0.0, 1e5), st.sampled_from([0.0, -0.0])
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.floats(-1.0, 1e3)), metric_values, metric_values, metric_values, metric_values
+        ),
+        max_size=12,
+    )
+)
+def test_workload_means_are_the_four_sums_bit_for_bit(
+    rows: list[tuple[float | None, float | None, float | None, float | None, float | None]],
+) -> None:
+    """The one-pass means equal Σ λ_i·usable(x_i) / Σλ computed as four separate `sum`s over the busy pods, to the
+    bit (the form before the pass was fused; `usable` is the definition of a counted value)."""
+    pods = [_pod(f"p{k}", *row) for k, row in enumerate(rows)]
+    busy = [(usable(p.arrival_rate_rps), p) for p in pods if usable(p.arrival_rate_rps) > 0]
+    load = workload(pods)
+    total = sum([rate for rate, _ in busy])
+    if total <= 0:
+        assert load == Workload()
+        return
+
+    def mean(field: str) -> float:
+        return sum([rate * usable(getattr(p, field)) for rate, p in busy]) / total
+
+    expected = (total, len(busy), mean("avg_input_tokens"), mean("avg_output_tokens"), mean("avg_ttft_s") * 1000.0)
+    got = (load.total_arrival_rps, load.busy_pods, load.input_tokens, load.output_tokens, load.ttft_ms)
+    assert [v.hex() if isinstance(v, float) else v for v in got] == [
+        v.hex() if isinstance(v, float) else v for v in expected
+    ]
+    assert load.itl_ms.hex() == (mean("avg_itl_s") * 1000.0).hex()
 
 
 def test_no_busy_pod_is_an_empty_workload() -> None:

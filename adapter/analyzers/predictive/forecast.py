@@ -594,7 +594,7 @@ def robust_sigma(errors: tuple[float, ...], variance: float) -> float:
         return math.sqrt(max(variance, 0.0))
     # `_mad_sigma` in Python, the same operations as numpy's median (the middle one, or the mean of the middle two):
     # at `ERROR_WINDOW` values its array calls took ~50 µs a model a cycle, half of `peak`; sorting takes ~4
-    deviations = sorted(abs(e) for e in errors)
+    deviations = sorted(map(abs, errors))
     middle = len(deviations) // 2
     median = deviations[middle] if len(deviations) % 2 else (deviations[middle - 1] + deviations[middle]) / 2
     return 1.4826 * median
