@@ -3,6 +3,7 @@ and the arrival-weighted workload it is resolved against."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.model import ServiceParams
 from adapter.analyzers.queueing.slo import MAX_FALLBACK_ITL_MS, MAX_FALLBACK_TTFT_MS, Slo, resolve_slo
-from adapter.analyzers.queueing.workload import Workload, usable, workload
+from adapter.analyzers.queueing.workload import VariantLoad, Workload, usable, workload
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.snapshot import PodMetrics
 
@@ -180,6 +181,35 @@ def test_workload_means_are_the_four_sums_bit_for_bit(
         v.hex() if isinstance(v, float) else v for v in expected
     ]
     assert load.itl_ms.hex() == (mean("avg_itl_s") * 1000.0).hex()
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(st.floats(1e-3, 1e3), metric_values, metric_values, metric_values, metric_values),
+        max_size=8,
+    ),
+    st.integers(1, 512),
+)
+def test_environments_are_the_usable_values_bit_for_bit(
+    rows: list[tuple[float, float | None, float | None, float | None, float | None]], max_batch: int
+) -> None:
+    """`ekf.environments` writes `usable` out: each observation is `usable` of the pod's values, latencies in ms."""
+    pods = tuple(_pod(f"p{k}", *row) for k, row in enumerate(rows))
+    got = ekf.environments(VariantLoad("v", pods, max_batch, 0.0))
+    expected = [
+        (
+            usable(p.arrival_rate_rps),
+            usable(p.avg_input_tokens),
+            usable(p.avg_output_tokens),
+            max_batch,
+            usable(p.avg_ttft_s) * 1000.0,
+            usable(p.avg_itl_s) * 1000.0,
+        )
+        for p in pods
+    ]
+    as_bits = [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(e)) for e in got]
+    assert as_bits == [tuple(v.hex() if isinstance(v, float) else v for v in row) for row in expected]
 
 
 def test_no_busy_pod_is_an_empty_workload() -> None:

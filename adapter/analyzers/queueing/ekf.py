@@ -71,13 +71,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from adapter.analyzers.queueing.model import RowMetrics, ServiceParams, Work, analyze_rows
-from adapter.analyzers.queueing.workload import VariantLoad, usable
+from adapter.analyzers.queueing.workload import VariantLoad
 from adapter.domain.frozen import fast_init
 
 Vector = npt.NDArray[np.float64]
@@ -946,15 +947,21 @@ def learn_many(jobs: Sequence[tuple[FilterState | None, VariantLoad]], *, now_s:
 
 
 def environments(load: VariantLoad) -> list[Environment]:
-    """One observation per busy pod (latencies in ms); invalid ones are dropped by the filter."""
+    """One observation per busy pod (latencies in ms); invalid ones are dropped by the filter. Each value is
+    `usable(x)` written out (x when finite and > 0, else 0): five calls a pod of every learning variant a cycle."""
+    isfinite, batch = math.isfinite, load.max_batch
     return [
         Environment(
-            arrival_rps=usable(p.arrival_rate_rps),
-            input_tokens=usable(p.avg_input_tokens),
-            output_tokens=usable(p.avg_output_tokens),
-            max_batch=load.max_batch,
-            ttft_ms=usable(p.avg_ttft_s) * 1000.0,
-            itl_ms=usable(p.avg_itl_s) * 1000.0,
+            rate if rate is not None and isfinite(rate) and rate > 0 else 0.0,
+            i if i is not None and isfinite(i) and i > 0 else 0.0,
+            o if o is not None and isfinite(o) and o > 0 else 0.0,
+            batch,
+            (ttft if ttft is not None and isfinite(ttft) and ttft > 0 else 0.0) * 1000.0,
+            (itl if itl is not None and isfinite(itl) and itl > 0 else 0.0) * 1000.0,
         )
-        for p in load.busy
+        for rate, i, o, ttft, itl in map(_OBSERVED, load.busy)
     ]
+
+
+_OBSERVED = attrgetter("arrival_rate_rps", "avg_input_tokens", "avg_output_tokens", "avg_ttft_s", "avg_itl_s")
+"""What `environments` reads of a pod, in one C call."""
