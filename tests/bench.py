@@ -254,6 +254,25 @@ def _default_rows(figures: dict[str, Any], large: dict[str, Any] | None) -> list
                     row["cpu_us_per_va"] / budget_us if budget_us else None,
                 )
             )
+    if large is not None:  # the same goal as a whole cycle: meaningful also where the collect alone exceeds 3 s
+        for name, label in (("learning", "learning"), ("profiles", "acceleratorProfiles")):
+            at_10k = by.get((name, 10000, "full")) or by.get((name, 10000, "first cycles"))
+            at_1k = by.get((name, 1000, "full")) or by.get((name, 1000, "first cycles"))
+            if at_10k is not None:
+                decide_s, how = at_10k["median_cpu_ms"] / 1e3, "measured at 10,000"
+            elif at_1k is not None:
+                decide_s, how = at_1k["cpu_us_per_va"] * 10000 / 1e6, "10,000 x its 1,000-VA figure"
+            else:
+                continue
+            cycle_s = collect_s + decide_s
+            rows.append(
+                (
+                    f"cycle with the shipped default ({label}), 10,000 VAs: this run's collect + decide",
+                    f"{cycle_s:.2f} s (collect {collect_s:.2f} s + decide {decide_s:.2f} s CPU, {how})",
+                    "< 3 s",
+                    cycle_s / 3.0,
+                )
+            )
     refits = default.get("refits")
     if refits:
         per_va_us = refits["mean_cpu_s"] / refits["vas"] * 1e6
