@@ -117,11 +117,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _total(callgrind_out: str) -> int:
-    """The `summary:` (or `totals:`) line of a callgrind output file: the instructions counted."""
+    """The instructions counted, from a callgrind output file: its `totals:` line, else its `summary:` line. With
+    counting off at the start (`--instr-atstart=no`) callgrind writes `summary: 0` in the header and the real count
+    in `totals:` at the end."""
+    summary = None
     for line in callgrind_out.splitlines():
-        if line.startswith(("summary:", "totals:")):
+        if line.startswith("totals:"):
             return int(line.split()[1])
-    raise ValueError("no summary line in the callgrind output")
+        if line.startswith("summary:"):
+            summary = int(line.split()[1])
+    if summary is None:
+        raise ValueError("no totals or summary line in the callgrind output")
+    return summary
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ HEADER = "version: 1\ncreator: callgrind-3.19.0\npid: 21231\ncmd: python\npart: 
     [
         pytest.param(HEADER + "summary: 3829802072\n\nfl=(1)\n", 3_829_802_072, id="summary"),
         pytest.param(HEADER + "fl=(1)\n0 5\ntotals: 1234\n", 1234, id="totals-at-the-end"),
+        pytest.param(
+            HEADER + "summary: 0\n\nfl=(1)\n0 5\ntotals: 1043133098\n", 1_043_133_098, id="counting-off-at-start"
+        ),
     ],
 )
 def test_total_reads_the_summary(text: str, want: int) -> None:
@@ -25,7 +28,7 @@ def test_total_reads_the_summary(text: str, want: int) -> None:
 
 
 def test_total_without_a_summary_says_so() -> None:
-    with pytest.raises(ValueError, match="no summary line"):
+    with pytest.raises(ValueError, match="no totals or summary line"):
         _total(HEADER)
 
 
