@@ -363,7 +363,8 @@ class Forecaster:
         if seen is not None:  # a rise seen before: extrapolated fast, but not past where it went
             trend = min(trend, max(current, seen))
         peak = max(trend, seasonal or 0.0, current)
-        cap = cfg.cap_ratio * max(max(self.values), 1e-09)  # not max(*values, …): no 480-item argument tuple
+        highest = max(self.values)  # not max(*self.values, 1e-09): no 480-item argument tuple
+        cap = cfg.cap_ratio * max(highest, 1e-09)
         peak = min(max(peak, 0.0), cap)
         return Forecast(
             peak_rps=peak,
