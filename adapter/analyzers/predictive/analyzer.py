@@ -915,7 +915,9 @@ def _profile(view: VariantView, cfg: QueueingConfig) -> ServiceParams | None:
 @functools.lru_cache(maxsize=256)
 def _profile_params(alpha_ms: float, beta_ms: float, gamma_ms: float) -> ServiceParams:
     """A profile's (α, β, γ) as ServiceParams, validated once: asked twice a variant a cycle (`_learns`, `_params`),
-    a new one each time cost ~1.5 µs (three checked fields), 2 % of a decide with profiles. Frozen, so shared."""
+    a new one each time cost ~1.5 µs (three checked fields), 2 % of a decide with profiles. Frozen, so shared.
+    Keyed by value, so a β or γ written `-0` and one written `0` share one object: equal in every computation, only
+    a figure's JSON could show the other sign of zero."""
     return ServiceParams(alpha_ms, beta_ms, gamma_ms)
 
 
