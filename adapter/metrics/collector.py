@@ -46,10 +46,12 @@ time and memory of `json` into dicts. Each answer is reduced (`digest`) as soon 
 a time (the decoded elements of several answers never coexist), into a column indexed by pod number
 (`PodIndex`: the pods behind VAs in (namespace, pod) order, built once and kept while the inventory's pods stay
 the same), and the columns are joined into `PodMetrics` (`join`) off the event loop, reusing the inventory's
-namespace and pod strings. The cyclic GC is paused meanwhile (`adapter.reconciler.gcpause`). A malformed
-element fails its query as a whole (`QueryError`, naming the problem), never half-applied. `query()` (one ad-hoc
-query, all labels) still goes through prometheus_api_client's `custom_query`. tests/bench_collect.py measures
-it; tests/metrics/test_collector_reference.py keeps it equal to the previous dict-based path.
+namespace and pod strings. A per-pod answer's labels are not even decoded once their series is known: the
+`SeriesCache` recognises a series by its labels' bytes, from answer to answer and cycle to cycle. The cyclic GC
+is paused meanwhile (`adapter.reconciler.gcpause`). A malformed element fails its query as a whole (`QueryError`,
+naming the problem), never half-applied. `query()` (one ad-hoc query, all labels) still goes through
+prometheus_api_client's `custom_query`. tests/bench_collect.py measures it; tests/metrics/test_collector_reference.py
+keeps it equal to the previous dict-based path, tests/metrics/test_series_cache.py the cache to the typed path.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlparse
@@ -184,6 +187,27 @@ spellings `float` accepts such as `+1`, `.5`, `1_0`) sends the whole answer to t
 _TEXT_DECODER = msgspec.json.Decoder(_TextAnswer)
 
 
+class _RawElement(msgspec.Struct, frozen=True, gc=False):
+    """An element with its labels left as the answer's bytes (`SeriesCache`): no strings made for them."""
+
+    metric: msgspec.Raw
+    value: Value
+
+
+class _RawData(msgspec.Struct, gc=False):
+    result: list[_RawElement]
+
+
+class _RawAnswer(msgspec.Struct, gc=False):
+    data: _RawData
+
+
+_RAW_DECODER = msgspec.json.Decoder(_RawAnswer, strict=False)
+"""`_DECODER`'s reading with the labels kept raw: lax alike, so it accepts and refuses the same values."""
+_LABELS_DECODER = msgspec.json.Decoder(Labels, strict=False)
+"""One element's labels as `_DECODER` reads them inside an answer (the same type, equally lax)."""
+
+
 def decode_answer(body: bytes, url: str) -> list[Element]:
     """`data.result` of an instant-query answer body; QueryError naming the problem when it is not one."""
     try:
@@ -289,6 +313,8 @@ class PrometheusCollector:
         churns (decoded answers, columns, lists of 100,000 values) stays in one malloc arena instead of eight."""
         self._closed = False
         self._index: tuple[dict[PodKey, str], PodIndex] | None = None
+        self._series = SeriesCache()
+        """Used on the digester thread only."""
 
     def _gc_pause(self) -> contextlib.AbstractContextManager[None]:
         return GcPause() if self.pause_gc else contextlib.nullcontext()
@@ -374,8 +400,11 @@ class PrometheusCollector:
         return body
 
     def _digest(self, query: Query, body: bytes, index: PodIndex) -> Digest:
-        """Worker thread: decode and reduce one answer; its elements are garbage as soon as this returns."""
+        """Worker thread: decode and reduce one answer; its elements are garbage as soon as this returns. A
+        per-pod answer goes through the series cache (`SeriesCache`) when it can."""
         with self._gc_pause():
+            if query.name in SERIES_CACHED and (cached := self._series.column(query, body, index)) is not None:
+                return cached
             return digest(query, decode_answer(body, self.url), index)
 
     def _join(
@@ -681,16 +710,144 @@ def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Cou
         else:
             numbers.append(i)
             values.append(value)
-    column = np.full(len(index), np.nan)
+    return _to_column(numbers, values, len(index), dispatch=dispatch)
+
+
+def _to_column(numbers: list[int], values: list[float], size: int, *, dispatch: bool) -> FloatColumn:
+    """The accepted samples (pod number, value; in the answer's order) as a column of `size` pods: each pod's
+    largest value, or for the dispatch rate their sum; NaN for a pod without one."""
+    column = np.full(size, np.nan)
+    # The lists as arrays by `fromiter` (numpy converts a list given to `.at` element by element, discovering
+    # each one's type: ~5 ms more a 100,000-element answer); the same numbers, so the same column.
+    at = np.fromiter(numbers, np.intp, len(numbers))
+    samples = np.fromiter(values, np.float64, len(values))
     if dispatch:  # summed in the answer's order, as a running sum would
-        present = np.zeros(len(index), dtype=bool)
-        present[numbers] = True
-        sums = np.zeros(len(index))
-        np.add.at(sums, numbers, values)
+        present = np.zeros(size, dtype=bool)
+        present[at] = True
+        sums = np.zeros(size)
+        np.add.at(sums, at, samples)
         column[present] = sums[present]
     else:  # fmax ignores the NaN the column starts with
-        np.fmax.at(column, numbers, values)
+        np.fmax.at(column, at, samples)
     return column
+
+
+# ------------------------------------------------------------------------------------------ per-pod series, cached
+
+MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD = -1, -2, -3
+"""What a per-pod series says when it names no pod of the index (a pod's number is >= 0)."""
+_CODE_REASON = {MISSING_LABEL: "missing-label", UNKNOWN_MODEL: "unknown-model", UNKNOWN_POD: "unknown-pod"}
+SERIES_CACHED = frozenset(_POD_FIELD) - {QueryName.DISPATCH_RATE}
+"""The answers `SeriesCache` reads: vLLM's per-pod ones, which name the same series. The dispatch rate's series are
+the EPP's, labelled otherwise, in one answer a cycle: a cache of their own would hold ~17 MB for that one answer."""
+SPARE_SERIES = 1024
+"""The cache starts over when it holds more than twice the index's pods and this many series (pods gone but
+still in the query window, labels naming no wanted pod: a namespace's other workloads churning)."""
+
+
+@dataclass(slots=True)
+class _Series:
+    """The series of the vLLM per-pod answers (`SeriesCache`): what each one's labels say, by their bytes."""
+
+    wanted: frozenset[ModelKey]
+    wanted_pairs: frozenset[tuple[str, str]]
+    """(namespace, model id) of each wanted model: the exact check of `_column`."""
+    index: PodIndex
+    codes: dict[bytes, int] = field(default_factory=dict)
+    """The series' pod's number in `index`, or MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD."""
+
+    def learn(self, raw: bytes, labels: Labels) -> int:
+        """The code of a series not seen yet: `_column`'s exact checks, in their order."""
+        namespace, pod, model = labels.namespace, labels.pod or labels.pod_name, labels.model_name
+        if not pod or not model:
+            code = MISSING_LABEL
+        elif (namespace, model) not in self.wanted_pairs:
+            code = UNKNOWN_MODEL
+        else:
+            found = self.index.number.get((namespace, pod))
+            code = UNKNOWN_POD if found is None else found
+        self.codes[raw] = code
+        return code
+
+    def renumber(self, index: PodIndex) -> None:
+        """The same series by another index (pods came or went): a pod's number is its place among the index's
+        sorted pods, so it is looked up again, in one pass; a pod the old index did not hold is forgotten
+        (learnt again when it reports), and so is everything when the cache outgrows the index (`SPARE_SERIES`)."""
+        codes = self.codes
+        if len(codes) > 2 * len(index) + SPARE_SERIES:
+            self.codes = {}
+        else:
+            # What each code becomes, at its own place: old number i at i, then -3, -2, -1 (the three codes, last,
+            # where negative indices fall). One pass of lookups and the dict rebuilt, both in C.
+            renumbered = map(index.number.get, self.index.keys, repeat(UNKNOWN_POD))
+            moved = [*renumbered, UNKNOWN_POD, UNKNOWN_MODEL, MISSING_LABEL]
+            forget = [raw for raw, code in codes.items() if code == UNKNOWN_POD]
+            self.codes = dict(zip(codes, map(moved.__getitem__, codes.values()), strict=True))
+            for raw in forget:
+                del self.codes[raw]
+        self.index = index
+
+
+class SeriesCache:
+    """The per-pod answers' series, recognised by their labels' bytes from answer to answer and cycle to cycle.
+
+    Why: a cycle's eight vLLM per-pod answers (`SERIES_CACHED`; 100,000 elements each at 10,000 VAs) name the
+    same series, one a pod, and name them in the same bytes (the query's `by` labels, which Prometheus writes
+    sorted); so does the next cycle's. `digest` decodes every element's labels into strings and looks the pod up
+    by them, ~2.7 µs an element with the decoding (docs/benchmarks/scale.md, item 21); here that is done once a
+    series, and an element costs a copy of its label bytes and one lookup.
+
+    Exact: what a series' labels say is a function of their bytes (decoded by the same reading), the query's
+    wanted models and the pod index, so the digest is the one `digest` makes, drops and their order included
+    (tests/metrics/test_series_cache.py). The cache starts over when the wanted models change and is renumbered
+    in one pass when the index does. It holds ~17 MB at 10,000 VAs (100,000 series).
+
+    One thread at a time (the collector's digester)."""
+
+    def __init__(self) -> None:
+        self._series: _Series | None = None
+
+    def column(self, query: Query, body: bytes, index: PodIndex) -> Digest | None:
+        """The digest of one answer of `SERIES_CACHED`, as `digest(query, decode_answer(body, url), index)` makes
+        it; None when this reading refuses the body or a series' labels (the typed path then reads what it can, or
+        names the problem)."""
+        try:
+            result = _RAW_DECODER.decode(body).data.result
+        except msgspec.DecodeError:  # e.g. Prometheus' `+Inf` as a value, or not an answer at all
+            return None
+        series = self._for(query.models, index)
+        known, learn = series.codes.get, series.learn
+        upper = _UPPER_BOUND.get(query.name, _INF)
+        drops: Counter[str] = Counter()
+        numbers: list[int] = []
+        values: list[float] = []
+        for item in result:
+            raw = bytes(item.metric)
+            if (code := known(raw)) is None:
+                try:
+                    code = learn(raw, _LABELS_DECODER.decode(raw))
+                except msgspec.DecodeError:
+                    return None
+            if code < 0:
+                drops[_CODE_REASON[code]] += 1
+                continue
+            value = item.value.number
+            if not 0.0 <= value < _INF or value > upper:
+                drops[_value_problem(value)] += 1
+            else:
+                numbers.append(code)
+                values.append(value)
+        return Digest(query, column=_to_column(numbers, values, len(index), dispatch=False), dropped=drops)
+
+    def _for(self, wanted: frozenset[ModelKey], index: PodIndex) -> _Series:
+        series = self._series
+        if series is None or (series.wanted is not wanted and series.wanted != wanted):
+            pairs = frozenset((k.namespace, k.model_id) for k in wanted)
+            series = self._series = _Series(wanted, pairs, index)
+        series.wanted = wanted  # the same models: a cycle's other answers then compare by identity
+        if series.index is not index:
+            series.renumber(index)
+        return series
 
 
 def _geometry(

@@ -1,0 +1,173 @@
+"""The series cache (`SeriesCache`) digests a per-pod answer exactly as `digest(query, decode_answer(body), index)`:
+the same column bit for bit and the same drops in the same order, through cycles whose pods and wanted models
+change under it; where its raw reading refuses a body it says so (None), and only where the typed reading
+refuses it too, so that the collector's fallback reads it as before.
+
+The answers are tests/metrics/test_collector_reference.py's generated ones: pods behind a VA or not, wanted
+models or not, missing labels, `pod_name` for `pod`, a known pod's name under another namespace, several series
+of one pod (max), NaN, ±Inf, negative and out-of-range values, malformed elements.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapter.domain.cluster import ModelQuery
+from adapter.domain.errors import QueryError
+from adapter.domain.ids import ModelKey
+from adapter.metrics import collector
+from adapter.metrics.collector import Digest, PodIndex, PrometheusCollector, SeriesCache, decode_answer, digest
+from adapter.metrics.queries import Query, QueryName, build_queries
+from tests.metrics.test_collector_reference import generated_cycle
+
+URL = "http://prometheus"
+
+
+def _body(elements: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": elements}}).encode()
+
+
+def _typed(query: Query, body: bytes, index: PodIndex) -> Digest | QueryError:
+    try:
+        return digest(query, decode_answer(body, URL), index)
+    except QueryError as e:
+        return e
+
+
+def _check(cache: SeriesCache, query: Query, body: bytes, index: PodIndex) -> bool:
+    """One answer through the cache against the typed path; whether the cache read it (not None)."""
+    got, want = cache.column(query, body, index), _typed(query, body, index)
+    if got is None:  # only where the typed reading refuses the body too (its text reading or an error follows)
+        with pytest.raises(msgspec.DecodeError):
+            collector._DECODER.decode(body)
+        return False
+    assert isinstance(want, Digest)
+    assert got.query is query
+    assert got.column is not None
+    assert want.column is not None
+    assert got.column.tobytes() == want.column.tobytes()  # NaN where no sample, bit for bit
+    assert list(got.dropped.items()) == list(want.dropped.items())  # the reasons, counted in the same order
+    return True
+
+
+def _cycles(seed: int) -> tuple[list[tuple[list[Query], PodIndex]], dict[QueryName, bytes]]:
+    """A generated cycle's per-pod answers, and the (queries, index) of five cycles that read them: some pods,
+    every pod (new ones come, the others keep their names), other pods (some go, some come back), fewer wanted
+    models, and the same again."""
+    rng = random.Random(seed)
+    models, pod_variants, outcomes = generated_cycle(seed)
+    cached = collector.SERIES_CACHED
+    bodies = {q.name: _body(a) for q, a in outcomes if q.name in cached and not isinstance(a, Exception)}
+    pods = sorted(pod_variants)
+
+    def some() -> PodIndex:
+        return PodIndex.of({k: pod_variants[k] for k in pods if rng.random() < 0.7})
+
+    everything = PodIndex.of(pod_variants)
+    fewer = [m for m in models if rng.random() < 0.6] or models[:1]
+    return [
+        (list(build_queries(models)), some()),
+        (list(build_queries(models)), everything),
+        (list(build_queries(models)), some()),
+        (list(build_queries(fewer)), some()),
+        (list(build_queries(fewer)), everything),
+    ], bodies
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_the_cache_digests_as_the_typed_path_through_changing_pods_and_models(seed: int) -> None:
+    cycles, bodies = _cycles(seed)
+    cache = SeriesCache()
+    for queries, index in cycles:
+        for query in queries:
+            if query.name in bodies:
+                _check(cache, query, bodies[query.name], index)
+
+
+def test_a_cached_cycle_reads_every_answer_and_a_gone_pod_that_returns_is_known_again() -> None:
+    namespace, model = "ns", "org/m"
+    (query,) = [
+        q for q in build_queries([ModelQuery(ModelKey(namespace, model))]) if q.name is QueryName.KV_CACHE_USAGE
+    ]
+    body = _body(
+        [
+            {"metric": {"model_name": model, "namespace": namespace, "pod": f"p{i}"}, "value": [1, f"0.{i}"]}
+            for i in range(4)
+        ]
+    )
+    both = PodIndex.of({(namespace, "p1"): "v", (namespace, "p3"): "v"})
+    one = PodIndex.of({(namespace, "p3"): "v"})
+    cache = SeriesCache()
+    for index in (both, one, both, one, both):  # p1 goes, comes back, goes, comes back
+        assert _check(cache, query, body, index)
+    got = cache.column(query, body, both)
+    assert got is not None
+    assert got.column is not None
+    assert got.column.tolist() == [0.1, 0.3]
+    assert dict(got.dropped) == {"unknown-pod": 2}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [pytest.param("+Inf", id="plus-inf-text-reading"), pytest.param("one", id="not-a-number")],
+)
+def test_what_the_raw_reading_refuses_the_collector_reads_as_before(value: str) -> None:
+    models = [ModelQuery(ModelKey("ns", "org/m"))]
+    (query,) = [q for q in build_queries(models) if q.name is QueryName.QUEUE_LENGTH]
+    body = _body(
+        [
+            {"metric": {"model_name": "org/m", "namespace": "ns", "pod": "p0"}, "value": [1, "2"]},
+            {"metric": {"model_name": "org/m", "namespace": "ns", "pod": "p1"}, "value": [1, value]},
+        ]
+    )
+    index = PodIndex.of({("ns", "p0"): "v", ("ns", "p1"): "v"})
+    assert SeriesCache().column(query, body, index) is None
+    prometheus = PrometheusCollector(URL)
+    try:
+        if value == "one":
+            with pytest.raises(QueryError, match="malformed vector element"):
+                prometheus._digest(query, body, index)
+        else:
+            got = prometheus._digest(query, body, index)
+            assert got.column is not None
+            assert got.column.tolist()[0] == 2.0
+            assert dict(got.dropped) == {"inf": 1}
+    finally:
+        prometheus.close()
+
+
+def test_labels_that_are_not_strings_fall_to_the_typed_path() -> None:
+    models = [ModelQuery(ModelKey("ns", "org/m"))]
+    (query,) = [q for q in build_queries(models) if q.name is QueryName.KV_CACHE_USAGE]
+    body = _body([{"metric": {"model_name": "org/m", "namespace": "ns", "pod": 7}, "value": [1, "0.5"]}])
+    index = PodIndex.of({("ns", "p0"): "v"})
+    assert SeriesCache().column(query, body, index) is None
+    assert isinstance(_typed(query, body, index), QueryError)
+
+
+def test_a_cache_that_outgrows_its_pods_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collector, "SPARE_SERIES", 2)
+    models = [ModelQuery(ModelKey("ns", "org/m"))]
+    (query,) = [q for q in build_queries(models) if q.name is QueryName.KV_CACHE_USAGE]
+    strangers = [
+        {"metric": {"model_name": "org/x", "namespace": "ns", "pod": f"s{i}"}, "value": [1, "0.5"]} for i in range(5)
+    ]
+    mine = {"metric": {"model_name": "org/m", "namespace": "ns", "pod": "p0"}, "value": [1, "0.5"]}
+    cache = SeriesCache()
+    first, second = PodIndex.of({("ns", "p0"): "v"}), PodIndex.of({("ns", "p0"): "w"})
+    assert _check(cache, query, _body([mine, *strangers]), first)
+    assert cache._series is not None
+    assert len(cache._series.codes) == 6  # more than 2 × 1 pod + 2
+    assert _check(cache, query, _body([mine]), second)
+    assert len(cache._series.codes) == 1  # started over, then learnt the one series it read
+    smaller = PodIndex.of({("ns", "p0"): "v"})
+    assert _check(cache, query, _body([mine, *strangers[:3]]), smaller)
+    assert len(cache._series.codes) == 4  # within the bound: renumbered and kept
