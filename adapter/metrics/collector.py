@@ -655,18 +655,24 @@ def _wanted(query: Query) -> tuple[set[tuple[str, str]], dict[str, set[str]]]:
     return {(k.namespace, k.model_id) for k in query.models}, wanted_in
 
 
+def _label_problem(namespace: str, pod: str, model: str, wanted: set[tuple[str, str]]) -> str | None:
+    """The first two exact checks of a per-pod element off the fast path, in their order: a missing pod or model
+    label, then a model the query did not ask for; the drop's reason, or None."""
+    if not pod or not model:
+        return "missing-label"
+    if (namespace, model) not in wanted:
+        return "unknown-model"
+    return None
+
+
 def _unlabelled_or_unwanted(
     namespace: str, pod: str, model: str, wanted: set[tuple[str, str]], drops: Counter[str]
 ) -> bool:
-    """The first two exact checks of a per-pod element off the fast path, in their order (a missing pod or model
-    label, then a model the query did not ask for): counts the drop and says whether there was one."""
-    if not pod or not model:
-        drops["missing-label"] += 1
-        return True
-    if (namespace, model) not in wanted:
-        drops["unknown-model"] += 1
-        return True
-    return False
+    """`_label_problem`, counted: whether the element is dropped."""
+    if (problem := _label_problem(namespace, pod, model, wanted)) is None:
+        return False
+    drops[problem] += 1
+    return True
 
 
 def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Counter[str]) -> FloatColumn:
@@ -737,6 +743,7 @@ def _to_column(numbers: list[int], values: list[float], size: int, *, dispatch: 
 MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD = -1, -2, -3
 """What a per-pod series says when it names no pod of the index (a pod's number is >= 0)."""
 _CODE_REASON = {MISSING_LABEL: "missing-label", UNKNOWN_MODEL: "unknown-model", UNKNOWN_POD: "unknown-pod"}
+_REASON_CODE = {reason: code for code, reason in _CODE_REASON.items()}
 SERIES_CACHED = frozenset(_POD_FIELD) - {QueryName.DISPATCH_RATE}
 """The answers `SeriesCache` reads: vLLM's per-pod ones, which name the same series. The dispatch rate's series are
 the EPP's, labelled otherwise, in one answer a cycle: a cache of their own would hold ~17 MB for that one answer."""
@@ -750,8 +757,8 @@ class _Series:
     """The series of the vLLM per-pod answers (`SeriesCache`): what each one's labels say, by their bytes."""
 
     wanted: frozenset[ModelKey]
-    wanted_pairs: frozenset[tuple[str, str]]
-    """(namespace, model id) of each wanted model: the exact check of `_column`."""
+    wanted_pairs: set[tuple[str, str]]
+    """(namespace, model id) of each wanted model (`_wanted`): the exact check of `_column`."""
     index: PodIndex
     codes: dict[bytes, int] = field(default_factory=dict)
     """The series' pod's number in `index`, or MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD."""
@@ -759,10 +766,8 @@ class _Series:
     def learn(self, raw: bytes, labels: Labels) -> int:
         """The code of a series not seen yet: `_column`'s exact checks, in their order."""
         namespace, pod, model = labels.namespace, labels.pod or labels.pod_name, labels.model_name
-        if not pod or not model:
-            code = MISSING_LABEL
-        elif (namespace, model) not in self.wanted_pairs:
-            code = UNKNOWN_MODEL
+        if (problem := _label_problem(namespace, pod, model, self.wanted_pairs)) is not None:
+            code = _REASON_CODE[problem]
         else:
             found = self.index.number.get((namespace, pod))
             code = UNKNOWN_POD if found is None else found
@@ -815,7 +820,7 @@ class SeriesCache:
             result = _RAW_DECODER.decode(body).data.result
         except msgspec.DecodeError:  # e.g. Prometheus' `+Inf` as a value, or not an answer at all
             return None
-        series = self._for(query.models, index)
+        series = self._for(query, index)
         known, learn = series.codes.get, series.learn
         upper = _UPPER_BOUND.get(query.name, _INF)
         drops: Counter[str] = Counter()
@@ -839,11 +844,10 @@ class SeriesCache:
                 values.append(value)
         return Digest(query, column=_to_column(numbers, values, len(index), dispatch=False), dropped=drops)
 
-    def _for(self, wanted: frozenset[ModelKey], index: PodIndex) -> _Series:
-        series = self._series
+    def _for(self, query: Query, index: PodIndex) -> _Series:
+        series, wanted = self._series, query.models
         if series is None or (series.wanted is not wanted and series.wanted != wanted):
-            pairs = frozenset((k.namespace, k.model_id) for k in wanted)
-            series = self._series = _Series(wanted, pairs, index)
+            series = self._series = _Series(wanted, _wanted(query)[0], index)
         series.wanted = wanted  # the same models: a cycle's other answers then compare by identity
         if series.index is not index:
             series.renumber(index)
