@@ -569,12 +569,19 @@ def _value_problem(value: float) -> str:
     return "out-of-range"
 
 
+MAX_GEOMETRY_LABEL = 2**31 - 1
+"""The largest `num_gpu_blocks` / `block_size` read as one (vLLM's are int32); a larger one is an invalid label.
+Why: tokens in use are usage × blocks × block size, a float; a product of 400 digits made the join raise
+OverflowError and fail the whole collection. Below it the product fits an int64 (`_tokens_in_use`)."""
+
+
 def _int_label(text: str | None) -> int | None:
+    """A geometry label's integer, or None when absent or invalid (not an integer, negative, > MAX_GEOMETRY_LABEL)."""
     try:
         value = int(text) if text is not None else None
     except ValueError:
         return None
-    return value if value is not None and value >= 0 else None
+    return value if value is not None and 0 <= value <= MAX_GEOMETRY_LABEL else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,6 +595,8 @@ class PodIndex:
     number: Mapping[PodKey, int]
     namespaces: tuple[str, ...]
     """The namespace of each pod number (`keys[i][0]`)."""
+    pods: tuple[str, ...]
+    """The pod name of each pod number (`keys[i][1]`)."""
     by_pod: Mapping[str, int]
     """Pod name -> its number, or -1 for a name used in several namespaces: the digests' fast path looks a pod
     up by its name alone (one hash of a freshly decoded string instead of a tuple of two) and checks the
@@ -604,6 +613,7 @@ class PodIndex:
             tuple(pod_variants[k] for k in keys),
             {k: i for i, k in enumerate(keys)},
             tuple(namespace for namespace, _ in keys),
+            tuple(pod for _, pod in keys),
             by_pod,
         )
 
@@ -1066,27 +1076,47 @@ def _pods(
         column = columns.get(name)
         if column is None:
             return [None] * count
-        picked = column[numbers]
-        out: list[float | None] = picked.tolist()
-        for at in np.flatnonzero(np.isnan(picked)).tolist():  # NaN: no usable sample
-            out[at] = None
-        return out
+        return _with_none(column[numbers])
 
     by_field: dict[str, Sequence[Any]] = {name: values(name) for name in _FIELDS}
     pod_numbers = numbers.tolist()
     shape = geometry.get
     blocks, sizes = zip(*[shape(i, _NO_GEOMETRY) for i in pod_numbers], strict=True) if count else ((), ())
-    by_field["tokens_in_use"] = [
-        None if usage is None or b is None or s is None else float(min(max(round(usage * (b * s)), 0), b * s))
-        for usage, b, s in zip(by_field["kv_cache_usage"], blocks, sizes, strict=True)
-    ]
-    keys, variants = index.keys, index.variants
-    by_field["namespace"] = [keys[i][0] for i in pod_numbers]
-    by_field["pod"] = [keys[i][1] for i in pod_numbers]
-    by_field["variant"] = [variants[i] for i in pod_numbers]
+    usage = columns.get("kv_cache_usage")
+    by_field["tokens_in_use"] = [None] * count if usage is None else _tokens_in_use(usage[numbers], blocks, sizes)
+    by_field["namespace"] = list(map(index.namespaces.__getitem__, pod_numbers))  # a C loop over the numbers
+    by_field["pod"] = list(map(index.pods.__getitem__, pod_numbers))
+    by_field["variant"] = list(map(index.variants.__getitem__, pod_numbers))
     by_field["num_gpu_blocks"], by_field["block_size"] = blocks, sizes
     by_field["max_batch_size"] = [None] * count
     return pod_metrics_from_columns(by_field)
+
+
+def _with_none(picked: FloatColumn) -> list[float | None]:
+    """The column's values as floats, None where NaN (no usable sample)."""
+    out: list[float | None] = picked.tolist()
+    for at in np.flatnonzero(np.isnan(picked)).tolist():
+        out[at] = None
+    return out
+
+
+def _tokens_in_use(usage: FloatColumn, blocks: Sequence[int | None], sizes: Sequence[int | None]) -> list[float | None]:
+    """Each pod's KV tokens in use: its usage (a fraction, NaN = none) of its blocks × block size, rounded half to
+    even and kept in [0, capacity]; None without usage or geometry. On arrays, the per-pod expression
+
+        float(min(max(round(usage * (b * s)), 0), b * s))
+
+    to the bit: `b * s` < 2**62 (`MAX_GEOMETRY_LABEL`) becomes the float64 Python's `usage * (b * s)` makes of it,
+    `np.rint` rounds half to even as `round` does, and clipping at that float cuts where `min` at the exact int
+    does (a float above or below the int is above or below its nearest float). Example: usage 0.4685 of 30,000
+    blocks of 16 -> rint(224,880.0) = 224,880.0; usage 0.5 of 3 blocks of 1 -> rint(1.5) = 2.0.
+    """
+    capacity = np.array(
+        [-1.0 if b is None or s is None else b * s for b, s in zip(blocks, sizes, strict=True)], dtype=np.float64
+    )
+    tokens = np.clip(np.rint(usage * capacity), 0.0, capacity)
+    tokens[capacity < 0] = np.nan  # no geometry (no usage: NaN already)
+    return _with_none(tokens)
 
 
 def assemble(
