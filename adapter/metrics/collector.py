@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import logging
 import math
@@ -403,7 +404,7 @@ class PrometheusCollector:
         """Worker thread: decode and reduce one answer; its elements are garbage as soon as this returns. A
         per-pod answer goes through the series cache (`SeriesCache`) when it can."""
         with self._gc_pause():
-            if query.name in SERIES_CACHED and (cached := self._series.column(query, body, index)) is not None:
+            if query.name in SERIES_CACHED and (cached := self._series.digest(query, body, index)) is not None:
                 return cached
             return digest(query, decode_answer(body, self.url), index)
 
@@ -706,10 +707,7 @@ def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Cou
     for item in result:
         labels = item.metric
         namespace = labels.namespace
-        if dispatch:  # dispatch series belong to the EPP's pod; the vLLM endpoint is `pod_name` only
-            pod, model = labels.pod_name, labels.wva_model_id
-        else:
-            pod, model = labels.pod or labels.pod_name, labels.model_name
+        pod, model = _pod_and_model(labels, dispatch=dispatch)
         value = item.value.number
         if namespace != last_namespace:  # answers come grouped by namespace in practice: rarely taken
             last_namespace, models = namespace, wanted_in.get(namespace, set())
@@ -750,39 +748,86 @@ def _to_column(numbers: list[int], values: list[float], size: int, *, dispatch: 
 
 # ------------------------------------------------------------------------------------------ per-pod series, cached
 
-MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD = -1, -2, -3
-"""What a per-pod series says when it names no pod of the index (a pod's number is >= 0)."""
-_CODE_REASON = {MISSING_LABEL: "missing-label", UNKNOWN_MODEL: "unknown-model", UNKNOWN_POD: "unknown-pod"}
+MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD, INVALID_LABEL = -1, -2, -3, -4
+"""What a per-pod series says when it names no pod of the index (a pod's number is >= 0); INVALID_LABEL only in
+cache_config_info's, whose geometry labels are not counts."""
+_CODE_REASON = {
+    MISSING_LABEL: "missing-label",
+    UNKNOWN_MODEL: "unknown-model",
+    UNKNOWN_POD: "unknown-pod",
+    INVALID_LABEL: "invalid-label",
+}
 _REASON_CODE = {reason: code for code, reason in _CODE_REASON.items()}
-SERIES_CACHED = frozenset(_POD_FIELD) - {QueryName.DISPATCH_RATE}
-"""The answers `SeriesCache` reads: vLLM's per-pod ones, which name the same series. The dispatch rate's series are
-the EPP's, labelled otherwise, in one answer a cycle: a cache of their own would hold ~17 MB for that one answer."""
+SERIES_CACHED = frozenset(_POD_FIELD) | {QueryName.CACHE_CONFIG_INFO}
+"""The answers `SeriesCache` reads: the per-pod ones. vLLM's eight name the same series; cache_config_info names
+them with two labels more, the dispatch rate with the EPP's labels: three families, each with a cache of its own."""
 SPARE_SERIES = 1024
 """The cache starts over when it holds more than twice the index's pods and this many series (pods gone but
 still in the query window, labels naming no wanted pod: a namespace's other workloads churning)."""
 
 
+class _Family(enum.Enum):
+    """Answers whose elements name the same series in the same bytes, and how their labels name pod and model."""
+
+    VLLM = "vllm"
+    """The eight vLLM per-pod answers: `pod` (or `pod_name`), `model_name`."""
+    GEOMETRY = "geometry"
+    """cache_config_info: vLLM's labels and `num_gpu_blocks`, `block_size`."""
+    DISPATCH = "dispatch"
+    """The EPP's dispatch rate: the vLLM endpoint's `pod_name`, the model in `wva_model_id`."""
+
+    @staticmethod
+    def of(name: QueryName) -> _Family:
+        if name is QueryName.CACHE_CONFIG_INFO:
+            return _Family.GEOMETRY
+        return _Family.DISPATCH if name is QueryName.DISPATCH_RATE else _Family.VLLM
+
+
+def _pod_and_model(labels: Labels, *, dispatch: bool) -> tuple[str, str]:
+    """The pod and model an element of a per-pod answer names (`_column`'s reading)."""
+    if dispatch:  # dispatch series belong to the EPP's pod; the vLLM endpoint is `pod_name` only
+        return labels.pod_name, labels.wva_model_id
+    return labels.pod or labels.pod_name, labels.model_name
+
+
 @dataclass(slots=True)
 class _Series:
-    """The series of the vLLM per-pod answers (`SeriesCache`): what each one's labels say, by their bytes."""
+    """The series of one family of per-pod answers (`SeriesCache`): what each one's labels say, by their bytes."""
 
+    family: _Family
     wanted: frozenset[ModelKey]
     wanted_pairs: set[tuple[str, str]]
     """(namespace, model id) of each wanted model (`_wanted`): the exact check of `_column`."""
     index: PodIndex
     codes: dict[bytes, int] = field(default_factory=dict)
-    """The series' pod's number in `index`, or MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD."""
+    """The series' pod's number in `index`, or MISSING_LABEL, UNKNOWN_MODEL, UNKNOWN_POD, INVALID_LABEL."""
+    shapes: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    """GEOMETRY: (num_gpu_blocks, block_size) of each series whose labels are counts."""
+    distinct: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    """GEOMETRY: each geometry `shapes` holds, once."""
 
     def learn(self, raw: bytes, labels: Labels) -> int:
-        """The code of a series not seen yet: `_column`'s exact checks, in their order."""
-        namespace, pod, model = labels.namespace, labels.pod or labels.pod_name, labels.model_name
+        """The code of a series not seen yet: the exact checks of `_column` (or `_geometry`), in their order."""
+        namespace = labels.namespace
+        pod, model = _pod_and_model(labels, dispatch=self.family is _Family.DISPATCH)
         if (problem := _label_problem(namespace, pod, model, self.wanted_pairs)) is not None:
             code = _REASON_CODE[problem]
+        elif self.family is _Family.GEOMETRY and not self._shape(raw, labels):
+            code = INVALID_LABEL
         else:
             found = self.index.number.get((namespace, pod))
             code = UNKNOWN_POD if found is None else found
         self.codes[raw] = code
         return code
+
+    def _shape(self, raw: bytes, labels: Labels) -> bool:
+        """GEOMETRY: keep the series' (num_gpu_blocks, block_size); whether both labels are counts."""
+        blocks, size = _int_label(labels.num_gpu_blocks), _int_label(labels.block_size)
+        if blocks is None or size is None:
+            return False
+        shape = (blocks, size)
+        self.shapes[raw] = self.distinct.setdefault(shape, shape)  # a variant's pods share theirs: one tuple
+        return True
 
     def renumber(self, index: PodIndex) -> None:
         """The same series by another index (pods came or went): a pod's number is its place among the index's
@@ -790,16 +835,17 @@ class _Series:
         (learnt again when it reports), and so is everything when the cache outgrows the index (`SPARE_SERIES`)."""
         codes = self.codes
         if len(codes) > 2 * len(index) + SPARE_SERIES:
-            self.codes = {}
+            self.codes, self.shapes, self.distinct = {}, {}, {}
         else:
-            # What each code becomes, at its own place: old number i at i, then -3, -2, -1 (the three codes, last,
+            # What each code becomes, at its own place: old number i at i, then -4 ... -1 (the four codes, last,
             # where negative indices fall). One pass of lookups and the dict rebuilt, both in C.
             renumbered = map(index.number.get, self.index.keys, repeat(UNKNOWN_POD))
-            moved = [*renumbered, UNKNOWN_POD, UNKNOWN_MODEL, MISSING_LABEL]
+            moved = [*renumbered, INVALID_LABEL, UNKNOWN_POD, UNKNOWN_MODEL, MISSING_LABEL]
             forget = [raw for raw, code in codes.items() if code == UNKNOWN_POD]
             self.codes = dict(zip(codes, map(moved.__getitem__, codes.values()), strict=True))
             for raw in forget:
                 del self.codes[raw]
+                self.shapes.pop(raw, None)
         self.index = index
 
 
@@ -808,21 +854,22 @@ class SeriesCache:
 
     Why: a cycle's eight vLLM per-pod answers (`SERIES_CACHED`; 100,000 elements each at 10,000 VAs) name the
     same series, one a pod, and name them in the same bytes (the query's `by` labels, which Prometheus writes
-    sorted); so does the next cycle's. `digest` decodes every element's labels into strings and looks the pod up
-    by them, ~2.7 µs an element with the decoding (docs/benchmarks/scale.md, item 21); here that is done once a
-    series, and an element costs a copy of its label bytes and one lookup.
+    sorted); so does the next cycle's, and so do cache_config_info's and the dispatch rate's from cycle to cycle,
+    each in labels of its own (`_Family`). `digest` decodes every element's labels into strings and looks the pod
+    up by them, ~2.7 µs an element with the decoding (docs/benchmarks/scale.md, item 21); here that is done once
+    a series, and an element costs a copy of its label bytes and one lookup.
 
     Exact: what a series' labels say is a function of their bytes (decoded by the same reading), the query's
     wanted models and the pod index, so the digest is the one `digest` makes, drops and their order included
-    (tests/metrics/test_series_cache.py). The cache starts over when the wanted models change and is renumbered
-    in one pass when the index does. It holds ~17 MB at 10,000 VAs (100,000 series).
+    (tests/metrics/test_series_cache.py). A family's cache starts over when the wanted models change and is
+    renumbered in one pass when the index does. It holds ~17 MB at 10,000 VAs (100,000 series), a family.
 
     One thread at a time (the collector's digester)."""
 
     def __init__(self) -> None:
-        self._series: _Series | None = None
+        self._series: dict[_Family, _Series] = {}
 
-    def column(self, query: Query, body: bytes, index: PodIndex) -> Digest | None:
+    def digest(self, query: Query, body: bytes, index: PodIndex) -> Digest | None:
         """The digest of one answer of `SERIES_CACHED`, as `digest(query, decode_answer(body, url), index)` makes
         it; None when this reading refuses the body or a series' labels (the typed path then reads what it can, or
         names the problem)."""
@@ -832,8 +879,25 @@ class SeriesCache:
             return None
         series = self._for(query, index)
         known, learn = series.codes.get, series.learn
-        upper = _UPPER_BOUND.get(query.name, _INF)
         drops: Counter[str] = Counter()
+        if series.family is _Family.GEOMETRY:  # the value is 1: what counts is in the labels
+            out: dict[int, tuple[int, int]] = {}
+            shape_of = series.shapes.__getitem__
+            for item in result:
+                raw = bytes(item.metric)
+                if (code := known(raw)) is None:
+                    try:
+                        code = learn(raw, _LABELS_DECODER.decode(raw))
+                    except msgspec.DecodeError:
+                        return None
+                if code < 0:
+                    drops[_CODE_REASON[code]] += 1
+                    continue
+                shape = shape_of(raw)
+                old = out.get(code)  # several series of one pod: the most blocks, the last block size
+                out[code] = shape if old is None or shape[0] > old[0] else (old[0], shape[1])
+            return Digest(query, geometry=out, dropped=drops)
+        upper = _UPPER_BOUND.get(query.name, _INF)
         numbers: list[int] = []
         values: list[float] = []
         for item in result:
@@ -852,12 +916,14 @@ class SeriesCache:
             else:
                 numbers.append(code)
                 values.append(value)
-        return Digest(query, column=_to_column(numbers, values, len(index), dispatch=False), dropped=drops)
+        dispatch = series.family is _Family.DISPATCH
+        return Digest(query, column=_to_column(numbers, values, len(index), dispatch=dispatch), dropped=drops)
 
     def _for(self, query: Query, index: PodIndex) -> _Series:
-        series, wanted = self._series, query.models
+        family, wanted = _Family.of(query.name), query.models
+        series = self._series.get(family)
         if series is None or (series.wanted is not wanted and series.wanted != wanted):
-            series = self._series = _Series(wanted, _wanted(query)[0], index)
+            series = self._series[family] = _Series(family, wanted, _wanted(query)[0], index)
         series.wanted = wanted  # the same models: a cycle's other answers then compare by identity
         if series.index is not index:
             series.renumber(index)

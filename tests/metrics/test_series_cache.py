@@ -43,16 +43,21 @@ def _typed(query: Query, body: bytes, index: PodIndex) -> Digest | QueryError:
 
 def _check(cache: SeriesCache, query: Query, body: bytes, index: PodIndex) -> bool:
     """One answer through the cache against the typed path; whether the cache read it (not None)."""
-    got, want = cache.column(query, body, index), _typed(query, body, index)
+    got, want = cache.digest(query, body, index), _typed(query, body, index)
     if got is None:  # only where the typed reading refuses the body too (its text reading or an error follows)
         with pytest.raises(msgspec.DecodeError):
             collector._DECODER.decode(body)
         return False
     assert isinstance(want, Digest)
     assert got.query is query
-    assert got.column is not None
-    assert want.column is not None
-    assert got.column.tobytes() == want.column.tobytes()  # NaN where no sample, bit for bit
+    if query.name is QueryName.CACHE_CONFIG_INFO:
+        assert got.geometry is not None
+        assert want.geometry is not None
+        assert list(got.geometry.items()) == list(want.geometry.items())  # the pods in the same order too
+    else:
+        assert got.column is not None
+        assert want.column is not None
+        assert got.column.tobytes() == want.column.tobytes()  # NaN where no sample, bit for bit
     assert list(got.dropped.items()) == list(want.dropped.items())  # the reasons, counted in the same order
     return True
 
@@ -108,7 +113,7 @@ def test_a_cached_cycle_reads_every_answer_and_a_gone_pod_that_returns_is_known_
     cache = SeriesCache()
     for index in (both, one, both, one, both):  # p1 goes, comes back, goes, comes back
         assert _check(cache, query, body, index)
-    got = cache.column(query, body, both)
+    got = cache.digest(query, body, both)
     assert got is not None
     assert got.column is not None
     assert got.column.tolist() == [0.1, 0.3]
@@ -129,7 +134,7 @@ def test_what_the_raw_reading_refuses_the_collector_reads_as_before(value: str) 
         ]
     )
     index = PodIndex.of({("ns", "p0"): "v", ("ns", "p1"): "v"})
-    assert SeriesCache().column(query, body, index) is None
+    assert SeriesCache().digest(query, body, index) is None
     prometheus = PrometheusCollector(URL)
     try:
         if value == "one":
@@ -149,7 +154,7 @@ def test_labels_that_are_not_strings_fall_to_the_typed_path() -> None:
     (query,) = [q for q in build_queries(models) if q.name is QueryName.KV_CACHE_USAGE]
     body = _body([{"metric": {"model_name": "org/m", "namespace": "ns", "pod": 7}, "value": [1, "0.5"]}])
     index = PodIndex.of({("ns", "p0"): "v"})
-    assert SeriesCache().column(query, body, index) is None
+    assert SeriesCache().digest(query, body, index) is None
     assert isinstance(_typed(query, body, index), QueryError)
 
 
@@ -164,10 +169,23 @@ def test_a_cache_that_outgrows_its_pods_starts_over(monkeypatch: pytest.MonkeyPa
     cache = SeriesCache()
     first, second = PodIndex.of({("ns", "p0"): "v"}), PodIndex.of({("ns", "p0"): "w"})
     assert _check(cache, query, _body([mine, *strangers]), first)
-    assert cache._series is not None
-    assert len(cache._series.codes) == 6  # more than 2 × 1 pod + 2
+    series = cache._series[collector._Family.VLLM]
+    assert len(series.codes) == 6  # more than 2 × 1 pod + 2
     assert _check(cache, query, _body([mine]), second)
-    assert len(cache._series.codes) == 1  # started over, then learnt the one series it read
+    assert len(cache._series[collector._Family.VLLM].codes) == 1  # started over, then learnt the one series it read
     smaller = PodIndex.of({("ns", "p0"): "v"})
     assert _check(cache, query, _body([mine, *strangers[:3]]), smaller)
-    assert len(cache._series.codes) == 4  # within the bound: renumbered and kept
+    assert len(cache._series[collector._Family.VLLM].codes) == 4  # within the bound: renumbered and kept
+
+
+def test_a_forgotten_geometry_series_takes_its_geometry_with_it() -> None:
+    models = [ModelQuery(ModelKey("ns", "org/m"))]
+    (query,) = [q for q in build_queries(models) if q.name is QueryName.CACHE_CONFIG_INFO]
+    labels = {"model_name": "org/m", "namespace": "ns", "num_gpu_blocks": "100", "block_size": "16"}
+    body = _body([{"metric": {**labels, "pod": pod}, "value": [1, "1"]} for pod in ("p0", "stranger")])
+    cache = SeriesCache()
+    assert _check(cache, query, body, PodIndex.of({("ns", "p0"): "v"}))
+    series = cache._series[collector._Family.GEOMETRY]
+    assert len(series.shapes) == 2  # p0's and the stranger's (an unknown pod, its labels counts)
+    series.renumber(PodIndex.of({("ns", "p0"): "w"}))
+    assert (len(series.codes), len(series.shapes)) == (1, 1)  # the stranger forgotten, geometry and all
