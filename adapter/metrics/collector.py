@@ -1018,6 +1018,7 @@ def _histograms(query: Query, result: Sequence[Element], drops: Counter[str]) ->
     bounds: dict[str, float] = {}
     last_names: tuple[str, str] = ("", "")  # ... and mostly come one after the other: compared, not hashed
     known: ModelKey | None = None
+    buckets: list[tuple[float, float]] = []  # the known model's, in `pairs` (a ModelKey hashes in Python: once)
     for item in result:
         labels = item.metric
         namespace, model, raw_le = labels.namespace, labels.model_name, labels.le
@@ -1031,6 +1032,8 @@ def _histograms(query: Query, result: Sequence[Element], drops: Counter[str]) ->
                 key = ModelKey(namespace, model)
                 keys[last_names] = key if key in query.models else None
             known = keys[last_names]
+            if known is not None:
+                buckets = pairs.setdefault(known, [])
         if known is None:
             drops["unknown-model"] += 1
             continue
@@ -1044,13 +1047,15 @@ def _histograms(query: Query, result: Sequence[Element], drops: Counter[str]) ->
         elif not 0.0 <= value < _INF:
             drops[_value_problem(value)] += 1
         else:
-            pairs.setdefault(known, []).append((le, value))
+            buckets.append((le, value))
     out: dict[ModelKey, LatencyHistogram] = {}
-    for key, buckets in pairs.items():
-        if not any(le == _INF for le, _ in buckets):
+    for key, model_buckets in pairs.items():
+        if not model_buckets:
+            continue  # every element of the model dropped (a model whose first element was, had no entry)
+        if not any(le == _INF for le, _ in model_buckets):
             drops["incomplete-histogram"] += 1
             continue
-        out[key] = LatencyHistogram.from_pairs(buckets)
+        out[key] = LatencyHistogram.from_pairs(model_buckets)
     return out
 
 
