@@ -1,21 +1,22 @@
-"""Hand large buffers back to the OS when they are freed: glibc's mmap threshold, fixed at `MMAP_THRESHOLD_BYTES`.
+"""Two malloc arenas for the whole process (glibc's M_ARENA_MAX): the memory a worker thread frees is reused by
+the others instead of staying in an arena of its own.
 
 Why: a cycle at fleet scale reads one Prometheus answer after another into `bytes` of 8–18 MB each (issue 22:
-sixteen answers a cycle at 10,000 VAs, up to four in flight) and frees each once it is digested. glibc serves a
-request above its mmap threshold with its own mapping, which `free` unmaps at once; but the threshold is dynamic:
-freeing a mapped block of 13 MB raises it to 13 MB, so from the second answer on every body is carved out of a
-malloc arena instead. The arenas (one per worker thread) then keep the freed bodies' pages, and the freed space
-is fragmented by the small objects decoded meanwhile, so the process' RSS stays ~90 MB above what it uses.
+sixteen answers a cycle at 10,000 VAs), in four query threads, and the digester thread decodes and frees them;
+the decider thread builds the cycle's values. glibc gives each thread that contends for the allocator an arena of
+its own (up to 8 a core), and memory freed into an arena stays there for that arena's next requests. So every
+query thread's arena keeps the pages of the bodies it read, fragmented by the small objects decoded meanwhile,
+and the process' RSS settles ~100 MB above what it uses.
 
-Setting the threshold explicitly turns the dynamic adjustment off (mallopt(3)): every block of 1 MiB or more is
-mapped and unmapped on its own. `python -m tests.bench_collect --runs 1 --scales 10000 --metrics all --cycles 15`
-(docs/benchmarks/scale.md, item 22): peak RSS 467 → 375 MB, flat from the first cycle (325–343 MB), against
-404 → 467 MB rising over the same cycles with glibc's default; collect time within the run-to-run spread. The
-cost is a page fault per 4 KiB of each large buffer (~3,300 for a 13-MB body), which arena pages the process
-had given back would cost too.
+`python -m tests.bench_collect --runs 3 --scales 10000 --metrics all --cycles 12`, glibc's defaults against this
+(docs/benchmarks/scale.md, item 22; two pairs of runs, the machine's spread ±20 %): peak RSS 506 / 519 MB against
+**473 / 458 MB**, the RSS at the last cycles 481–519 against 395–431 MB; collect 3.64 / 4.44 s against 3.76 /
+2.99 s. Fixing the mmap threshold instead (every block of 1 MiB or more mapped on its own, unmapped when freed)
+kept RSS lower still (449 MB) but cost 0.8 s a cycle in page faults; one arena serialised the threads (4.56 s).
 
-Process-wide, so only process entries call it (`wva-adapter serve`, and the benchmarks that measure it as
-shipped). Where the C library is not glibc (musl has no mallopt; macOS), it does nothing and says so.
+Process-wide and only effective before the threads start, so only process entries call it (`wva-adapter serve`,
+and the benchmarks that measure the cycle as shipped). Where the C library is not glibc (musl, macOS) it does
+nothing and says so.
 """
 
 from __future__ import annotations
@@ -24,22 +25,21 @@ import ctypes
 import ctypes.util
 import logging
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "map_large_buffers"]
+__all__ = ["MALLOC_ARENAS", "share_malloc_arenas"]
 
 log = logging.getLogger(__name__)
 
-MMAP_THRESHOLD_BYTES = 1 << 20
-"""Blocks of this size or more get a mapping of their own. Below it: everything a decide makes (a 100,000-pod
-float column is 800 KB), which the arenas reuse from cycle to cycle."""
-_M_MMAP_THRESHOLD = -3
+MALLOC_ARENAS = 2
+"""The main thread's arena and one that the worker threads share."""
+_M_ARENA_MAX = -8
 """glibc's `mallopt` parameter number (malloc.h)."""
 
 
-def map_large_buffers(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> str | None:
-    """Fix glibc's mmap threshold at `threshold_bytes` (module docstring). None when done; otherwise why not (no
-    glibc `mallopt` in this process, or glibc refused the value: it takes at most 32 MiB on 64-bit hosts)."""
-    if not 0 < threshold_bytes <= 32 << 20:
-        raise ValueError(f"threshold_bytes: {threshold_bytes!r} is not in (0, 33554432] (glibc's HEAP_MAX / 2)")
+def share_malloc_arenas(arenas: int = MALLOC_ARENAS) -> str | None:
+    """Cap glibc's malloc arenas at `arenas` (module docstring). None when done; otherwise why not (no glibc in
+    this process, or glibc refused the value)."""
+    if not 1 <= arenas <= 1024:
+        raise ValueError(f"arenas: {arenas!r} is not in [1, 1024]")
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
         mallopt = libc.mallopt
@@ -47,7 +47,7 @@ def map_large_buffers(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> str | None
     except (OSError, AttributeError) as e:
         return f"not glibc ({e})"
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    if mallopt(_M_MMAP_THRESHOLD, threshold_bytes) != 1:
-        return f"glibc refused M_MMAP_THRESHOLD={threshold_bytes}"
-    log.debug("glibc mmap threshold fixed at %d bytes", threshold_bytes)
+    if mallopt(_M_ARENA_MAX, arenas) != 1:
+        return f"glibc refused M_ARENA_MAX={arenas}"
+    log.debug("glibc malloc arenas capped at %d", arenas)
     return None
