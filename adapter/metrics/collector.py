@@ -880,6 +880,8 @@ class SeriesCache:
         series = self._for(query, index)
         known, learn = series.codes.get, series.learn
         drops: Counter[str] = Counter()
+        # Two loops, one a kind of answer, that look a series up alike: inlined, since a call an element would
+        # cost ~0.1 µs for each of ~1 million elements a cycle at 10,000 VAs.
         if series.family is _Family.GEOMETRY:  # the value is 1: what counts is in the labels
             out: dict[int, tuple[int, int]] = {}
             shape_of = series.shapes.__getitem__
