@@ -77,6 +77,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 import requests
+import urllib3
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from prometheus_api_client.prometheus_connect import PrometheusConnect
 from requests.adapters import HTTPAdapter
@@ -390,14 +391,32 @@ class PrometheusCollector:
                 timeout=self.timeout_s,
                 stream=True,
             )
-            with response:  # one read of the whole body (requests' .content joins 10 KB chunks: twice the memory)
-                body: bytes = response.raw.read(decode_content=True)
         except (requests.ConnectionError, requests.Timeout) as e:
             raise PrometheusUnavailable(f"cannot reach {self.url}: {_root_cause(e)}") from e
         except requests.RequestException as e:
             raise PrometheusUnavailable(f"request to {self.url} failed: {_root_cause(e)}") from e
+        body = self._read(response)
         if response.status_code != 200:
             raise _http_error(self.url, response.status_code, f"HTTP Status Code {response.status_code} ({body!r})")
+        return body
+
+    def _read(self, response: requests.Response) -> bytes:
+        """Worker thread: the whole body of an answer whose headers have come, read at once (requests' `.content`
+        joins 10 KB chunks: twice the memory); the response closed. The body is read from urllib3's response, so
+        its errors are urllib3's, which requests would otherwise translate: an answer that stops coming (a read
+        timeout, a connection reset or cut short of its Content-Length) makes Prometheus unavailable this cycle,
+        like one that never came; a body that does not decompress is this query's problem."""
+        try:
+            with response:
+                body: bytes = response.raw.read(decode_content=True)
+        except urllib3.exceptions.DecodeError as e:
+            raise QueryError(f"answer from {self.url} does not decode: {_root_cause(e)}") from e
+        except urllib3.exceptions.ReadTimeoutError as e:
+            raise PrometheusUnavailable(
+                f"{self.url} stopped sending its answer: no data within {self.timeout_s:g} s"
+            ) from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise PrometheusUnavailable(f"reading the answer from {self.url} failed: {_root_cause(e)}") from e
         return body
 
     def _digest(self, query: Query, body: bytes, index: PodIndex) -> Digest:

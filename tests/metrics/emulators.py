@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -350,7 +351,7 @@ class MetricsServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         if self.required_token is not None and request.headers.get("Authorization") != f"Bearer {self.required_token}":
             return web.Response(status=401, text="unauthorized")
@@ -386,10 +387,13 @@ def vector(*items: tuple[Mapping[str, str], float | str]) -> list[dict[str, Any]
 class FakePrometheus:
     """`/api/v1/query` on 127.0.0.1:<ephemeral>. `answers[promql]` is a result list (200) or an int status
     (that error, with Prometheus' error body); unknown queries get an empty vector. `raw[promql]` sends bytes
-    as they are (malformed answers)."""
+    as they are (malformed answers); `broken[promql]` breaks the answer on the wire (`BROKEN`)."""
 
     answers: dict[str, list[dict[str, Any]] | int] = field(default_factory=dict)
     raw: dict[str, bytes] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
+    stall_s: float = 1.0
+    """How long a "stall" answer stops mid-body before it sends the rest (bounded, so `stop` never waits long)."""
     delay_s: float = 0.0
     seen: list[str] = field(default_factory=list)
     authorization: list[str | None] = field(default_factory=list)
@@ -402,7 +406,7 @@ class FakePrometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         params = dict(request.query)
         if request.method == "POST":
             params.update({k: str(v) for k, v in (await request.post()).items()})
@@ -416,6 +420,8 @@ class FakePrometheus:
                 await asyncio.sleep(self.delay_s)
         finally:
             self.in_flight -= 1
+        if promql in self.broken:
+            return await self._broken(request, self.broken[promql])
         if promql in self.raw:
             return web.Response(body=self.raw[promql], content_type="application/json")
         answer = self.answers.get(promql, [])
@@ -424,6 +430,28 @@ class FakePrometheus:
             return web.Response(status=answer, text=json.dumps(error), content_type="application/json")
         body = {"status": "success", "data": {"resultType": "vector", "result": answer}}
         return web.Response(text=json.dumps(body), content_type="application/json")
+
+    async def _broken(self, request: web.Request, how: str) -> web.StreamResponse:
+        """Headers and the first bytes of an answer, then: "stall" (nothing for `stall_s`), "cut" (the connection
+        closed short of its Content-Length), or "bad-gzip" (a body that claims gzip and is not)."""
+        if how == "bad-gzip":
+            return web.Response(
+                body=b"not gzip at all", headers={"Content-Encoding": "gzip"}, content_type="application/json"
+            )
+        if how not in ("stall", "cut"):
+            raise ValueError(f"FakePrometheus.broken: unknown {how!r}")
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json", "Content-Length": str(len(body))})
+        await response.prepare(request)
+        await response.write(body[:10])
+        if how == "cut":
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await asyncio.sleep(self.stall_s)
+        with contextlib.suppress(ConnectionError):  # the client gave up meanwhile
+            await response.write(body[10:])
+        return response
 
     async def start(self) -> FakePrometheus:
         app = web.Application()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections.abc import AsyncIterator
 
@@ -319,6 +320,29 @@ async def test_stalled_prometheus_times_out_per_query(fake: FakePrometheus) -> N
     assert not got.available
     assert all("PrometheusUnavailable" in e and "timed out" in e.lower() for e in got.errors), got.errors
     assert elapsed < 1.0
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        pytest.param("stall", "PrometheusUnavailable: .* stopped sending its answer: no data within 0.3 s", id="stall"),
+        pytest.param("cut", "PrometheusUnavailable: reading the answer from .* failed", id="cut-short"),
+        pytest.param("bad-gzip", "QueryError: answer from .* does not decode", id="bad-gzip"),
+    ],
+)
+async def test_an_answer_broken_mid_body_is_that_query_s_error(fake: FakePrometheus, how: str, error: str) -> None:
+    """Headers came, then the body did not (or not whole, or not readable): before, urllib3's own exception escaped
+    `collect` and the reconciler lost the cycle as a bug; now it is the query's error, as for an answer that never
+    came, and the other answers still count."""
+    fake.answers = healthy_answers()
+    fake.broken[promql(QueryName.AVG_TTFT)] = how
+    async with PrometheusCollector(fake.url, timeout_s=0.3, max_concurrency=1) as collector:
+        got = await collector.collect(MODELS, POD_VARIANTS)
+    ttft = [e for e in got.errors if e.startswith("avg_ttft:")]
+    assert len(ttft) == 1, got.errors
+    assert re.search(error, ttft[0]), ttft
+    assert {p.pod: p.kv_cache_usage for p in got.pods}["llama-0"] == 0.5  # sent before: applied
+    assert all(p.avg_ttft_s is None for p in got.pods)
 
 
 @pytest.mark.parametrize(
