@@ -43,7 +43,7 @@ def collect_serially(collector: PrometheusCollector, fleet: Fleet) -> Collection
     queries = build_queries(fleet.models, windows=collector.windows)
     if hasattr(collector, "pod_index"):  # issue 22: fetch the body, then decode and digest it
         index = collector.pod_index(fleet.pod_variants)
-        outcomes = [(q, collector._digest(q, collector._get(q.promql), index)) for q in queries]
+        outcomes = [(q, collector._digest(q, collector._receive(collector._send(q.promql)), index)) for q in queries]
         return collector_module.join(fleet.models, outcomes, index)
     outcomes = [(q, collector._fetch_digest(q, fleet.pod_variants)) for q in queries]  # type: ignore[attr-defined, unused-ignore]
     return collector_module.join(fleet.models, outcomes, fleet.pod_variants)  # type: ignore[arg-type, unused-ignore]

@@ -36,6 +36,8 @@ class Part(NamedTuple):
 
 P = "adapter.analyzers.predictive.analyzer"
 PARTS: tuple[Part, ...] = (
+    Part("variants by model", 0, "adapter.engine.pipeline:Snapshot.variants_by_model"),
+    Part("pods by variant", 0, "adapter.engine.pipeline:Snapshot.pods_by_variant"),
     Part("framing (every model)", 0, "adapter.engine.pipeline:_frame"),
     Part("prepare (the predictive analyzer, every model at once)", 0, f"{P}:_prepare"),
     Part("restore, workload and the forecasters' observation", 1, f"{P}:_restore_and_observe"),
@@ -45,15 +47,23 @@ PARTS: tuple[Part, ...] = (
     Part("filters (learning α, β, γ)", 1, "adapter.analyzers.queueing.ekf:learn_many"),
     Part("SLO, targets, λ* queries", 1, f"{P}:_sized"),
     Part("λ* (every variant in lockstep)", 1, f"{P}:per_replica_rps"),
-    Part("analyses (the models' own steps)", 0, f"{P}:_measure"),
-    Part("demand (backlog and forecast)", 1, f"{P}:_demand"),
-    Part("forecast peak", 2, "adapter.analyzers.predictive.forecast:Forecaster.peak"),
-    Part("supply", 1, f"{P}:_supply"),
-    Part("persisted state (to_json)", 0, f"{P}:ModelState.to_json"),
+    Part(
+        "measuring (block by block: the other models framed, every model measured)",
+        0,
+        "adapter.engine.pipeline:_measure",
+    ),
+    Part("analyses (the models' own steps)", 1, f"{P}:_measure"),
+    Part("demand (backlog and forecast)", 2, f"{P}:_demand"),
+    Part("forecast peak", 3, "adapter.analyzers.predictive.forecast:Forecaster.peak"),
+    Part("supply", 2, f"{P}:_supply"),
+    Part("persisted state (to_json)", 1, f"{P}:ModelState.to_json"),
     Part("recommender", 0, "adapter.engine.recommend:observe"),
     Part("allocation", 0, "adapter.engine.pipeline:allocate"),
     Part("outcome (enforcer, fallback)", 0, "adapter.engine.pipeline:outcome_of"),
     Part("finish (bounds, conditions, status)", 0, "adapter.engine.pipeline:finish"),
+    Part("GPU pools, their usage", 0, "adapter.engine.pipeline:_pool_usage"),
+    Part("the analyzers' memories for the next cycle", 0, "adapter.engine.pipeline:_memories"),
+    Part("variants asked to wake (unwoken.advance)", 0, "adapter.engine.unwoken:advance"),
 )
 """The parts of the shipped default's decide. A part the configuration does not run (the filters with profiles, the
 whole analyzer with V1) reads 0."""

@@ -263,6 +263,13 @@ def _explain(load: Callable[[], Any], url: str, problem: msgspec.DecodeError) ->
 # ------------------------------------------------------------------------------------------ client
 
 
+BODIES_HELD = 2
+"""Answers read and not yet digested, at most: one digesting, the next read and waiting. Up to `max_concurrency`
+queries are evaluated at once (`_send`: Prometheus answers once it has evaluated), but a body is read only when
+there is room for it: at 10,000 VAs a body is ~13 MB, and with every query's body read as soon as it came, the
+three waiting for the digester were ~40 MB of the cycle's peak (docs/benchmarks/scale.md, item 23)."""
+
+
 class PrometheusCollector:
     """Runs a cycle's queries (see `adapter.metrics.queries`) against one Prometheus-compatible endpoint."""
 
@@ -381,10 +388,11 @@ class PrometheusCollector:
             raise QueryError(f"expected an instant vector (a list), got {type(result).__name__}")
         return result
 
-    def _get(self, promql: str) -> bytes:
-        """Worker thread: the raw body of one instant query (the request `custom_query` makes, same session)."""
+    def _send(self, promql: str) -> requests.Response:
+        """Worker thread: one instant query sent (the request `custom_query` makes, same session) and its answer's
+        headers read, its body not yet: Prometheus answers once it has evaluated the query, so this is the wait."""
         try:
-            response = self._session.get(
+            return self._session.get(
                 f"{self.url}/api/v1/query",
                 params={"query": promql, "timeout": f"{self.timeout_s:g}s"},
                 headers=self._headers,
@@ -395,6 +403,9 @@ class PrometheusCollector:
             raise PrometheusUnavailable(f"cannot reach {self.url}: {_root_cause(e)}") from e
         except requests.RequestException as e:
             raise PrometheusUnavailable(f"request to {self.url} failed: {_root_cause(e)}") from e
+
+    def _receive(self, response: requests.Response) -> bytes:
+        """Worker thread: the body of a `_send` answer (`_read`), or the error its status names."""
         body = self._read(response)
         if response.status_code != 200:
             raise _http_error(self.url, response.status_code, f"HTTP Status Code {response.status_code} ({body!r})")
@@ -460,6 +471,7 @@ class PrometheusCollector:
             return join(models, [(q, closed) for q in queries], index)
         loop = asyncio.get_running_loop()
         gate = asyncio.Semaphore(self.max_concurrency)
+        held = asyncio.Semaphore(BODIES_HELD)
         down: list[PrometheusUnavailable] = []
 
         async def run(query: Query) -> Digest | SourceError:
@@ -467,16 +479,33 @@ class PrometheusCollector:
                 if down:  # fail fast: do not queue more requests behind a dead or hung Prometheus
                     return PrometheusUnavailable(f"not sent, Prometheus is unavailable this cycle: {down[0]}")
                 try:
-                    body = await self._in_thread(self._get, query.promql)
+                    response = await self._in_thread(self._send, query.promql)
                 except PrometheusUnavailable as e:
                     down.append(e)
                     return e
                 except SourceError as e:
                     return e
-                try:  # one at a time (`_digester`): one decoded answer alive at once
-                    return await loop.run_in_executor(self._digester, self._digest, query, body, index)
-                except SourceError as e:
-                    return e
+                handed = False
+                try:
+                    async with held:  # `BODIES_HELD`: a body is read when there is room for it
+                        handed = True
+                        return await receive_and_digest(query, response)
+                finally:
+                    if not handed:  # cancelled while waiting: its connection is not left checked out
+                        response.close()
+
+        async def receive_and_digest(query: Query, response: requests.Response) -> Digest | SourceError:
+            try:
+                body = await self._in_thread(self._receive, response)
+            except PrometheusUnavailable as e:
+                down.append(e)
+                return e
+            except SourceError as e:
+                return e
+            try:  # one at a time (`_digester`): one decoded answer alive at once
+                return await loop.run_in_executor(self._digester, self._digest, query, body, index)
+            except SourceError as e:
+                return e
 
         outcomes = await asyncio.gather(*(run(q) for q in queries))
         # Joining is CPU work proportional to the pods (~0.1 s at 10,000): off the event loop the servers share.

@@ -5,16 +5,27 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+import requests
 
 from adapter.domain.cluster import ModelQuery
 from adapter.domain.errors import ConfigError, PrometheusUnavailable, QueryError
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import ModelTraffic
-from adapter.metrics.collector import PrometheusCollector, VectorSample, assemble, parse_vector
+from adapter.metrics.collector import (
+    BODIES_HELD,
+    Digest,
+    PodIndex,
+    PrometheusCollector,
+    VectorSample,
+    assemble,
+    parse_vector,
+)
 from adapter.metrics.queries import Query, QueryName, build_queries
 from tests.metrics import V1_QUERIES
 from tests.ports import free_port
@@ -473,6 +484,42 @@ def test_assemble_partial_failure_marks_only_the_covered_models() -> None:
     assert got.available
     assert got.unavailable_models == {LLAMA}
     assert [(p.pod, p.queue_length) for p in got.pods] == [("qwen-0", 2.0)]
+
+
+class _CountingBodies(PrometheusCollector):
+    """Counts the bodies read and not yet digested; each digest takes 20 ms longer, so that bodies would pile up."""
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.held = self.most_held = 0
+        self._lock = threading.Lock()
+
+    def _receive(self, response: requests.Response) -> bytes:
+        body = super()._receive(response)
+        with self._lock:
+            self.held += 1
+            self.most_held = max(self.most_held, self.held)
+        return body
+
+    def _digest(self, query: Query, body: bytes, index: PodIndex) -> Digest:
+        time.sleep(0.02)
+        try:
+            return super()._digest(query, body, index)
+        finally:
+            with self._lock:
+                self.held -= 1
+
+
+async def test_bodies_held_are_bounded_while_queries_evaluate_concurrently(fake: FakePrometheus) -> None:
+    fake.answers = healthy_answers()
+    fake.delay_s = 0.05
+    async with _CountingBodies(fake.url, max_concurrency=4) as collector:
+        got = await collector.collect(MODELS, POD_VARIANTS)
+    assert got.available
+    assert not got.errors
+    assert fake.max_in_flight == 4  # Prometheus still evaluates four at once
+    assert collector.most_held == BODIES_HELD == 2  # but only two bodies are in memory at once
+    assert collector.held == 0
 
 
 async def test_collect_runs_concurrently(fake: FakePrometheus) -> None:
