@@ -28,7 +28,8 @@ series in either answer gets `latency=None`; one side missing or failed leaves t
 
 Concurrency: `prometheus_api_client.PrometheusConnect` is synchronous (requests). Queries run in a private
 thread pool of `max_concurrency` threads, gated by a semaphore on the loop side so each query's timeout starts
-when it is actually sent. The pool is private on purpose: the loop's default executor is shared with every
+when it is actually sent. A body is read only when fewer than `BODIES_HELD` answers wait for the digester: the
+queries are still evaluated concurrently, but their bodies are not all held in memory at once. The pool is private on purpose: the loop's default executor is shared with every
 other `to_thread` caller and has only min(32, CPUs + 4) threads, so a hung Prometheus would starve them.
 Every query carries a timeout three times over: Prometheus' own `timeout` parameter (it stops evaluating),
 the HTTP client's socket timeout, and an asyncio deadline slightly later (a thread that outlives it is
