@@ -97,6 +97,53 @@ def test_the_cache_digests_as_the_typed_path_through_changing_pods_and_models(se
                 _check(cache, query, bodies[query.name], index)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_the_cache_digests_as_the_typed_path_whatever_the_order_of_the_series(seed: int) -> None:
+    """`_Series.codes_of` reads an element by its place in the family's last answer first: answers in the same
+    order, shuffled, shortened, lengthened, with one series moved, and the same again, through changing pods."""
+    rng = random.Random(seed)
+    cycles, bodies = _cycles(seed)
+    cache = SeriesCache()
+    for queries, index in cycles:
+        for query in queries:
+            if query.name not in bodies:
+                continue
+            elements = json.loads(bodies[query.name])["data"]["result"]
+            shuffled = rng.sample(elements, len(elements))
+            moved = elements[1:] + elements[:1]
+            cut = rng.randrange(len(elements) + 1)
+            for variant in (elements, elements, shuffled, shuffled, elements[:cut], elements, moved, elements):
+                _check(cache, query, _body(variant), index)
+
+
+def test_an_answer_in_the_last_one_s_order_is_read_by_place() -> None:
+    namespace, model = "ns", "org/m"
+    queries = build_queries([ModelQuery(ModelKey(namespace, model))])
+    kv, queue = (
+        next(q for q in queries if q.name is name) for name in (QueryName.KV_CACHE_USAGE, QueryName.QUEUE_LENGTH)
+    )
+    elements = [
+        {"metric": {"model_name": model, "namespace": namespace, "pod": f"p{i}"}, "value": [1, f"0.{i}"]}
+        for i in range(4)
+    ]
+    index = PodIndex.of({(namespace, f"p{i}"): "v" for i in (1, 2, 3)})
+    cache = SeriesCache()
+    assert _check(cache, kv, _body(elements), index)
+    series = cache._series[collector._Family.VLLM]
+    learnt, order_codes = dict(series.codes), series.order_codes
+    assert order_codes == [collector.UNKNOWN_POD, 0, 1, 2]
+    assert _check(cache, queue, _body(elements), index)  # another query of the family, the same order
+    assert series.order_codes is order_codes  # read by place: nothing rebuilt
+    assert series.codes == learnt
+    assert _check(cache, kv, _body(elements[::-1]), index)
+    assert series.order_codes == [2, 1, 0, collector.UNKNOWN_POD]  # the new order kept for the next answer
+    assert series.codes == learnt  # the same series, nothing learnt again
+    series.renumber(PodIndex.of({(namespace, f"p{i}"): "v" for i in (0, 3)}))
+    assert (series.order, series.order_codes) == ([], [])  # its codes were the old index's
+    assert _check(cache, kv, _body(elements), series.index)
+
+
 def test_a_cached_cycle_reads_every_answer_and_a_gone_pod_that_returns_is_known_again() -> None:
     namespace, model = "ns", "org/m"
     (query,) = [
