@@ -949,7 +949,8 @@ class SeriesCache:
     sorted); so does the next cycle's, and so do cache_config_info's and the dispatch rate's from cycle to cycle,
     each in labels of its own (`_Family`). `digest` decodes every element's labels into strings and looks the pod
     up by them, ~2.7 µs an element with the decoding (docs/benchmarks/scale.md, item 21); here that is done once
-    a series, and an element costs a copy of its label bytes and one lookup.
+    a series, and an element costs a comparison of its label bytes with those of the series at its place in the
+    family's last answer (`_Series.codes_of`), or, where that differs, a copy of them and one lookup.
 
     Exact: what a series' labels say is a function of their bytes (decoded by the same reading), the query's
     wanted models and the pod index, so the digest is the one `digest` makes, drops and their order included
