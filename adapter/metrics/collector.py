@@ -880,22 +880,33 @@ class _Series:
             if same < len(order):  # a shorter answer: the order is this one's
                 self.order, self.order_codes = order[:same], self.order_codes[:same]
             return self.order_codes
-        codes, known, learn = self.codes, self.codes.get, self.learn
-        fresh, fresh_codes = order[:same], self.order_codes[:same]
-        for item in result[same:]:
+        if (found := self.looked_up(result[same:])) is None:
+            return None
+        rest, raws = found
+        codes = self.codes
+        for raw, code in zip(raws, rest, strict=True):  # the dict keeps its first key object: this one replaces it,
+            del codes[raw]  # so that the order's wrapper holds no second copy of the bytes
+            codes[raw] = code
+        self.order = [*order[:same], *map(msgspec.Raw, raws)]
+        self.order_codes = [*self.order_codes[:same], *rest]
+        return self.order_codes
+
+    def looked_up(self, items: Iterable[_RawElement]) -> tuple[list[int], list[bytes]] | None:
+        """Each element's code by its label bytes, learnt where the series is new, and those bytes; None when a
+        series' labels do not decode."""
+        codes: list[int] = []
+        raws: list[bytes] = []
+        known, learn = self.codes.get, self.learn
+        for item in items:
             raw = bytes(item.metric)
             if (code := known(raw)) is None:
                 try:
                     code = learn(raw, _LABELS_DECODER.decode(raw))
                 except msgspec.DecodeError:
                     return None
-            else:  # the dict keeps its first key object: this one replaces it, so the order holds no second copy
-                del codes[raw]
-                codes[raw] = code
-            fresh.append(msgspec.Raw(raw))
-            fresh_codes.append(code)
-        self.order, self.order_codes = fresh, fresh_codes
-        return fresh_codes
+            codes.append(code)
+            raws.append(raw)
+        return codes, raws
 
     def learn(self, raw: bytes, labels: Labels) -> int:
         """The code of a series not seen yet: the exact checks of `_column` (or `_geometry`), in their order."""
@@ -974,16 +985,11 @@ class SeriesCache:
         series = self._for(query, index)
         drops: Counter[str] = Counter()
         if series.family is _Family.GEOMETRY:  # the value is 1: what counts is in the labels (looked up by them)
-            known, learn = series.codes.get, series.learn
+            if (found := series.looked_up(result)) is None:
+                return None
             out: dict[int, tuple[int, int]] = {}
             shape_of = series.shapes.__getitem__
-            for item in result:
-                raw = bytes(item.metric)
-                if (code := known(raw)) is None:
-                    try:
-                        code = learn(raw, _LABELS_DECODER.decode(raw))
-                    except msgspec.DecodeError:
-                        return None
+            for code, raw in zip(*found, strict=True):
                 if code < 0:
                     drops[_CODE_REASON[code]] += 1
                     continue

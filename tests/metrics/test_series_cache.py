@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from typing import Any
 
 import msgspec
@@ -117,6 +118,11 @@ def test_the_cache_digests_as_the_typed_path_whatever_the_order_of_the_series(se
                 _check(cache, query, _body(variant), index)
 
 
+def _by_hex(codes: dict[bytes, int]) -> dict[str, int]:
+    """The codes by their keys' hex: a copy that holds no reference to the keys themselves."""
+    return {raw.hex(): code for raw, code in codes.items()}
+
+
 def test_an_answer_in_the_last_one_s_order_is_read_by_place() -> None:
     namespace, model = "ns", "org/m"
     queries = build_queries([ModelQuery(ModelKey(namespace, model))])
@@ -131,14 +137,17 @@ def test_an_answer_in_the_last_one_s_order_is_read_by_place() -> None:
     cache = SeriesCache()
     assert _check(cache, kv, _body(elements), index)
     series = cache._series[collector._Family.VLLM]
-    learnt, order_codes = dict(series.codes), series.order_codes
+    learnt, order_codes = _by_hex(series.codes), series.order_codes
     assert order_codes == [collector.UNKNOWN_POD, 0, 1, 2]
     assert _check(cache, queue, _body(elements), index)  # another query of the family, the same order
     assert series.order_codes is order_codes  # read by place: nothing rebuilt
-    assert series.codes == learnt
+    assert _by_hex(series.codes) == learnt
     assert _check(cache, kv, _body(elements[::-1]), index)
     assert series.order_codes == [2, 1, 0, collector.UNKNOWN_POD]  # the new order kept for the next answer
-    assert series.codes == learnt  # the same series, nothing learnt again
+    assert _by_hex(series.codes) == learnt  # the same series, nothing learnt again
+    # each key is the very bytes its place in the order wraps (the dict, the wrapper, the loop's name and
+    # getrefcount's argument): the copy made to look it up replaced the dict's key, so no series is held twice
+    assert [sys.getrefcount(raw) for raw in series.codes] == [4] * len(elements)
     series.renumber(PodIndex.of({(namespace, f"p{i}"): "v" for i in (0, 3)}))
     assert (series.order, series.order_codes) == ([], [])  # its codes were the old index's
     assert _check(cache, kv, _body(elements), series.index)
