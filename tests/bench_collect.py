@@ -45,7 +45,7 @@ from typing import Any
 from aiohttp import web
 
 from adapter import engine
-from adapter.app.memory import share_malloc_arenas
+from adapter.app.memory import tune_malloc
 from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import Collection, ModelQuery
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         serve_main(args.serve, args.port_file)
         return {}
     if args.child is not None:
-        if (why := share_malloc_arenas()) is not None:  # as `wva-adapter serve` runs (adapter/app/memory.py)
+        if (why := tune_malloc()) is not None:  # as `wva-adapter serve` runs (adapter/app/memory.py)
             print(f"bench_collect: allocator left as it is: {why}", file=sys.stderr)
         row = asyncio.run(measure(args.child, args.runs, metrics=args.metrics, cycles=args.cycles, config=args.config))
         benchchild.report(row)

@@ -49,7 +49,7 @@ from adapter.app.live import (
     export_config_metrics,
     follow_main_configmap,
 )
-from adapter.app.memory import share_malloc_arenas
+from adapter.app.memory import tune_malloc
 from adapter.app.signals import stop_on_signals
 from adapter.config.files import MAX_KUBECONFIG_BYTES, MAX_PEM_BYTES, MAX_TOKEN_BYTES, check_file, read_bounded
 from adapter.config.settings import MAIN_CONFIGMAP, Settings
@@ -445,8 +445,8 @@ async def _supervise(coroutines: list[Coroutine[Any, Any, None]], stop: asyncio.
 def run(settings: Settings, *, reload: Callable[[Mapping[str, str]], Settings] | None = None) -> int:
     """The process entry of `serve`: run, then exit without waiting for worker threads (module docstring)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if (why := share_malloc_arenas()) is not None:
-        log.info("malloc arenas left as they are: %s", why)
+    if (why := tune_malloc()) is not None:
+        log.info("malloc left as it is: %s", why)
     watchdog = _Watchdog(HARD_DEADLINE_S)
     try:
         code = asyncio.run(run_serve(settings, reload=reload, on_stopping=watchdog.arm))
