@@ -22,8 +22,8 @@ where a freed body's pages stay unless they are at the top. Fixed at 8 MiB (whic
 every body is mapped and unmapped. `python -m tests.bench_collect --runs 3 --scales 10000 --metrics all --cycles
 12`, glibc's adjusting threshold against 8 MiB, two pairs (docs/benchmarks/scale.md, item 25): peak RSS 481 / 465
 against **438 / 445 MB**, the RSS at the last cycles 461–481 / 417–451 against 399–416 / 399–416 MB; collect over
-decide 1.64 / 1.82 against 1.83 / 1.81 (the page faults of a body mapped afresh: at most 10 %). A 1-MiB threshold
-mapped far more than the bodies and cost 0.8 s a cycle.
+decide 1.64 / 1.82 against 1.83 / 1.81 (the page faults of a body mapped afresh: at most 10 %). Not lower: the
+1-MiB threshold above mapped far more than the bodies.
 
 Process-wide and only effective before the threads start, so only process entries call it (`wva-adapter serve`,
 and the benchmarks that measure the cycle as shipped). Where the C library is not glibc (musl, macOS) it does

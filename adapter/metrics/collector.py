@@ -407,18 +407,12 @@ class PrometheusCollector:
             raise PrometheusUnavailable(f"request to {self.url} failed: {_root_cause(e)}") from e
 
     def _receive(self, response: requests.Response) -> bytes:
-        """Worker thread: the body of a `_send` answer (`_read`), or the error its status names."""
-        body = self._read(response)
-        if response.status_code != 200:
-            raise _http_error(self.url, response.status_code, f"HTTP Status Code {response.status_code} ({body!r})")
-        return body
-
-    def _read(self, response: requests.Response) -> bytes:
-        """Worker thread: the whole body of an answer whose headers have come, read at once (requests' `.content`
-        joins 10 KB chunks: twice the memory); the response closed. The body is read from urllib3's response, so
-        its errors are urllib3's, which requests would otherwise translate: an answer that stops coming (a read
-        timeout, a connection reset or cut short of its Content-Length) makes Prometheus unavailable this cycle,
-        like one that never came; a body that does not decompress is this query's problem."""
+        """Worker thread: the whole body of a `_send` answer, read at once (requests' `.content` joins 10 KB chunks:
+        twice the memory), the response closed; or the error its status names. The body is read from urllib3's
+        response, so its errors are urllib3's, which requests would otherwise translate: an answer that stops
+        coming (a read timeout, a connection reset or cut short of its Content-Length) makes Prometheus
+        unavailable this cycle, like one that never came; a body that does not decompress is this query's
+        problem."""
         try:
             with response:
                 body: bytes = response.raw.read(decode_content=True)
@@ -430,6 +424,8 @@ class PrometheusCollector:
             ) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise PrometheusUnavailable(f"reading the answer from {self.url} failed: {_root_cause(e)}") from e
+        if response.status_code != 200:
+            raise _http_error(self.url, response.status_code, f"HTTP Status Code {response.status_code} ({body!r})")
         return body
 
     def _digest(self, query: Query, body: bytes, index: PodIndex) -> Digest:

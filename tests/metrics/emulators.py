@@ -351,7 +351,7 @@ class MetricsServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.Request) -> web.Response:
         self.requests += 1
         if self.required_token is not None and request.headers.get("Authorization") != f"Bearer {self.required_token}":
             return web.Response(status=401, text="unauthorized")
@@ -387,7 +387,7 @@ def vector(*items: tuple[Mapping[str, str], float | str]) -> list[dict[str, Any]
 class FakePrometheus:
     """`/api/v1/query` on 127.0.0.1:<ephemeral>. `answers[promql]` is a result list (200) or an int status
     (that error, with Prometheus' error body); unknown queries get an empty vector. `raw[promql]` sends bytes
-    as they are (malformed answers); `broken[promql]` breaks the answer on the wire (`BROKEN`)."""
+    as they are (malformed answers); `broken[promql]` breaks the answer on the wire (`_broken`)."""
 
     answers: dict[str, list[dict[str, Any]] | int] = field(default_factory=dict)
     raw: dict[str, bytes] = field(default_factory=dict)
