@@ -36,6 +36,7 @@ from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.snapshot import Condition, ConditionType, Snapshot, VariantStatus
 from adapter.reconciler.assemble import build_snapshot, decisions_from_status, model_queries, wake_snapshot
 from adapter.reconciler.gcpause import GcPause
+from adapter.reconciler.gil import FinelySharedGil
 from adapter.reconciler.ports import (
     ClusterSource,
     CycleObserver,
@@ -143,9 +144,10 @@ class Reconciler:
             self._meanwhile = meanwhile = _Meanwhile(state_before)
             try:
                 config = EngineConfig(configmaps=configmaps)
-                result, self._state = await asyncio.get_running_loop().run_in_executor(
-                    _DECIDER, decide_cycle, snapshot, state_before, config, now_s
-                )
+                with FinelySharedGil():  # the loop answers within ~1 ms while decide holds the GIL
+                    result, self._state = await asyncio.get_running_loop().run_in_executor(
+                        _DECIDER, decide_cycle, snapshot, state_before, config, now_s
+                    )
             except Exception:
                 self._state = meanwhile.state  # the wakes answered meanwhile stand
                 self._cycle_failed(started)
@@ -352,8 +354,9 @@ class _Meanwhile:
 _DECIDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-decide")
 """The one thread every cycle's decide runs in, off the event loop: the servers that share the loop (External
 Metrics API, KEDA scaler, probes, the Lease) keep answering while a large fleet is decided (a decide holds the GIL
-only between the interpreter's 5-ms switches). Not the loop's default executor, which `asyncio.run` joins at exit:
-a stop during a decide leaves it to `serve`'s exit, as the Prometheus query threads are (adapter/app/serve.py)."""
+only between the interpreter's switches, every 1 ms while it decides: `FinelySharedGil`). Not the loop's default
+executor, which `asyncio.run` joins at exit: a stop during a decide leaves it to `serve`'s exit, as the Prometheus
+query threads are (adapter/app/serve.py)."""
 
 
 def decide_cycle(
