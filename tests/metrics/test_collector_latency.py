@@ -88,6 +88,47 @@ def test_a_histogram_without_its_inf_bucket_is_dropped_whole() -> None:
     assert got.dropped_samples == {"nan": 1, "incomplete-histogram": 2}
 
 
+_SEVENTEEN = [(str(0.1 * (i + 1)), 9.0 - 0.5 * i) for i in range(16)]
+"""17 buckets, the first rate the largest: the running maximum must carry it across all 16 widths of the scan."""
+
+
+@pytest.mark.parametrize(
+    ("pairs", "expected"),
+    [
+        pytest.param(
+            [("1.0", 6), ("2.5", 11), ("1", 0.5), ("+Inf", 10)],
+            ((1.0, 6.5), (2.5, 10.0), (INF, 10.0)),
+            id="the-docstring-example",
+        ),
+        pytest.param(
+            [("1", 0.1), ("+Inf", 5), ("1.0", 0.2), ("1.00", 0.3)],
+            ((1.0, (0.1 + 0.2) + 0.3), (INF, 5.0)),  # 0.6000000000000001, not 0.1 + (0.2 + 0.3) = 0.6
+            id="one-bound-three-spellings-summed-in-order",
+        ),
+        pytest.param(
+            [*_SEVENTEEN, ("+Inf", 9.5)],
+            (*((float(le), 9.0) for le, _ in _SEVENTEEN), (INF, 9.5)),
+            id="the-first-rate-carried-over-17-buckets",
+        ),
+        pytest.param([("0.5", "-0"), ("+Inf", "-0")], ((0.5, 0.0), (INF, 0.0)), id="minus-zero-read-as-zero"),
+    ],
+)
+def test_a_models_pairs_become_what_from_pairs_makes_of_them(
+    pairs: list[tuple[str, float | str]], expected: tuple[object, ...]
+) -> None:
+    """To the bit (repr): the digest gives what `from_pairs` makes of the model's pairs, and what is expected."""
+    answer = vector(*(bucket(LLAMA, le, rate) for le, rate in pairs), bucket(QWEN, "+Inf", 1))
+    got = assemble(MODELS, [(query(QueryName.TTFT_HISTOGRAM), answer)], {})
+    latency = got.models[LLAMA].latency
+    assert latency is not None
+    assert latency.ttft is not None
+    assert repr(latency.ttft.buckets) == repr(expected)
+    spec = LatencyHistogram.from_pairs((float(le), float(rate)) for le, rate in pairs)
+    assert repr(latency.ttft.buckets) == repr(spec.buckets)
+    assert LatencyHistogram(latency.ttft.buckets) == latency.ttft  # canonical: the constructor's check passes
+    assert got.dropped_samples == {}
+
+
 def test_a_failed_histogram_query_leaves_its_side_none_and_no_model_unavailable() -> None:
     outcomes = [
         (query(QueryName.TTFT_HISTOGRAM), QueryError("boom")),

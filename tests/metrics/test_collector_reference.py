@@ -5,8 +5,9 @@ Generated answers cover what the digests tell apart: pods behind a VA or not, re
 missing, several series of one pod (LoRA adapters: max; dispatch: sum), NaN, ±Inf, negative and out-of-range
 values, one pod name in two namespaces, a known pod's name under another namespace (the digests' fast path looks
 pods up by name: both must fall to the exact checks), cache-geometry labels that are not integers, histogram
-buckets with and without `+Inf` or with an unreadable `le`, EPP series with and without a namespace, failed
-queries and malformed elements.
+buckets with and without `+Inf` or with an unreadable `le`, bounds spelled twice and elements repeated (their rates
+summed), a model's elements apart from each other, -0 rates, EPP series with and without a namespace, failed queries
+and malformed elements. Histograms are compared to the bit (their repr: 0.0 == -0.0).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from tests.metrics import reference_collector as reference
 
 from .emulators import FakePrometheus
 
-VALUES = ("0.5", "0.25", "3", "0", "12.5", "1", "0.999", "1.5", "NaN", "+Inf", "-Inf", "-2", "1e3", "7")
-LE = ("0.01", "0.05", "0.1", "0.5", "1.0", "2.5", "10", "+Inf", "abc", "-1")
+VALUES = ("0.5", "0.25", "3", "0", "-0", "12.5", "1", "0.999", "1.5", "NaN", "+Inf", "-Inf", "-2", "1e3", "7")
+LE = ("0.01", "0.05", "0.1", "0.5", "1.0", "1", "2.5", "10", "10.0", "+Inf", "+inf", "abc", "-1")
+"""Bucket bounds, some spelled twice ("1" and "1.0": one bound, whose rates are summed)."""
 PER_POD = {
     QueryName.KV_CACHE_USAGE,
     QueryName.QUEUE_LENGTH,
@@ -111,6 +113,10 @@ def _answer(
                     if rng.random() < 0.05:
                         del labels["le"]
                     out.append(_element(labels, rng.choice(VALUES)))
+        for _ in range(rng.choice((0, 0, 1, 3)) if out else 0):  # an element twice: its bound's rates summed
+            out.insert(rng.randint(0, len(out)), dict(rng.choice(out)))
+        if rng.random() < 0.2:  # a model's elements apart from each other
+            rng.shuffle(out)
         return out
     if name in (QueryName.REQUEST_COUNT, QueryName.EPP_QUEUE_SIZE, QueryName.EPP_QUEUE_BYTES):
         label = "model_name" if name is QueryName.REQUEST_COUNT else EPP_MODEL_LABEL
@@ -158,6 +164,7 @@ def same(got: Collection, want: Collection) -> None:
     assert kinds(got) == kinds(want)
     assert got.pods == want.pods
     assert got.models == want.models
+    assert repr(got.models) == repr(want.models)  # to the bit: -0.0 would equal 0.0
     assert (got.available, got.unavailable_models, got.dropped_samples) == (
         want.available,
         want.unavailable_models,
