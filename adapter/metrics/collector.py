@@ -112,6 +112,7 @@ _A = TypeVar("_A")
 _R = TypeVar("_R")
 PodKey = tuple[str, str]
 FloatColumn = npt.NDArray[np.float64]
+PodNumbers = npt.NDArray[np.intp]
 """One per-pod metric by pod number (`PodIndex`); NaN where the answer had no usable sample for the pod."""
 Sample = tuple[Mapping[str, str], float]
 """One element of an instant vector as `parse_vector` returns it (labels, value)."""
@@ -770,17 +771,17 @@ def _column(query: Query, result: Sequence[Element], index: PodIndex, drops: Cou
         else:
             numbers.append(i)
             values.append(value)
-    return _to_column(numbers, values, len(index), dispatch=dispatch)
-
-
-def _to_column(numbers: list[int], values: list[float], size: int, *, dispatch: bool) -> FloatColumn:
-    """The accepted samples (pod number, value; in the answer's order) as a column of `size` pods: each pod's
-    largest value, or for the dispatch rate their sum; NaN for a pod without one."""
-    column = np.full(size, np.nan)
     # The lists as arrays by `fromiter` (numpy converts a list given to `.at` element by element, discovering
     # each one's type: ~5 ms more a 100,000-element answer); the same numbers, so the same column.
     at = np.fromiter(numbers, np.intp, len(numbers))
     samples = np.fromiter(values, np.float64, len(values))
+    return _to_column(at, samples, len(index), dispatch=dispatch)
+
+
+def _to_column(at: PodNumbers, samples: FloatColumn, size: int, *, dispatch: bool) -> FloatColumn:
+    """The accepted samples (pod number, value; in the answer's order) as a column of `size` pods: each pod's
+    largest value, or for the dispatch rate their sum; NaN for a pod without one."""
+    column = np.full(size, np.nan)
     if dispatch:  # summed in the answer's order, as a running sum would
         present = np.zeros(size, dtype=bool)
         present[at] = True
@@ -993,23 +994,12 @@ class SeriesCache:
                 old = out.get(code)  # several series of one pod: the most blocks, the last block size
                 out[code] = shape if old is None or shape[0] > old[0] else (old[0], shape[1])
             return Digest(query, geometry=out, dropped=drops)
-        upper = _UPPER_BOUND.get(query.name, _INF)
-        numbers: list[int] = []
-        values: list[float] = []
         if (codes := series.codes_of(result)) is None:
             return None
-        for item, code in zip(result, codes, strict=True):
-            if code < 0:
-                drops[_CODE_REASON[code]] += 1
-                continue
-            value = item.value.number
-            if not 0.0 <= value < _INF or value > upper:
-                drops[_value_problem(value)] += 1
-            else:
-                numbers.append(code)
-                values.append(value)
+        values = np.array([item.value.number for item in result], dtype=np.float64)
+        at, samples = _usable(codes, values, _UPPER_BOUND.get(query.name, _INF), drops)
         dispatch = series.family is _Family.DISPATCH
-        return Digest(query, column=_to_column(numbers, values, len(index), dispatch=dispatch), dropped=drops)
+        return Digest(query, column=_to_column(at, samples, len(index), dispatch=dispatch), dropped=drops)
 
     def _for(self, query: Query, index: PodIndex) -> _Series:
         family, wanted = _Family.of(query.name), query.models
@@ -1020,6 +1010,28 @@ class SeriesCache:
         if series.index is not index:
             series.renumber(index)
         return series
+
+
+def _usable(
+    codes: Sequence[int], values: FloatColumn, upper: float, drops: Counter[str]
+) -> tuple[PodNumbers, FloatColumn]:
+    """The elements that name a pod (code >= 0) with a value in [0, upper] (finite): their pod numbers and values,
+    in the answer's order; each other one counted in `drops` by its code's reason, or its value's problem — what
+    `_column`'s loop does, over arrays (100,000 elements an answer at 10,000 VAs: ~10 against ~50 ms).
+
+    Example: codes (4, UNKNOWN_POD, 7, 9), values (0.5, 0.3, NaN, 2.0), upper 1 ⇒ pods (4,), values (0.5,);
+    drops unknown-pod 1, nan 1, out-of-range 1."""
+    at = np.fromiter(codes, np.intp, len(codes))
+    named = at >= 0
+    if not named.all():
+        reasons, counts = np.unique(at[~named], return_counts=True)
+        for code, count in zip(reasons.tolist(), counts.tolist(), strict=True):
+            drops[_CODE_REASON[code]] += count
+    usable = named & (values >= 0.0) & (values < _INF) & (values <= upper)  # NaN fails each comparison
+    if np.count_nonzero(named) > np.count_nonzero(usable):
+        for value in values[named & ~usable].tolist():
+            drops[_value_problem(value)] += 1
+    return at[usable], values[usable]
 
 
 def _geometry(
