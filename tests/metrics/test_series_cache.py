@@ -10,12 +10,14 @@ of one pod (max), NaN, ±Inf, negative and out-of-range values, malformed elemen
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 import sys
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -246,3 +248,40 @@ def test_a_forgotten_geometry_series_takes_its_geometry_with_it() -> None:
     assert len(series.shapes) == 2  # p0's and the stranger's (an unknown pod, its labels counts)
     series.renumber(PodIndex.of({("ns", "p0"): "w"}))
     assert (len(series.codes), len(series.shapes)) == (1, 1)  # the stranger forgotten, geometry and all
+
+
+@pytest.mark.parametrize(
+    ("codes", "values", "upper", "pods", "kept", "drops"),
+    [
+        pytest.param(
+            [4, collector.UNKNOWN_POD, 7, 9],
+            [0.5, 0.3, float("nan"), 2.0],
+            1.0,
+            [4],
+            [0.5],
+            {"unknown-pod": 1, "nan": 1, "out-of-range": 1},
+            id="the-docstring-example",
+        ),
+        pytest.param(
+            [2, 0, 2, collector.MISSING_LABEL, collector.UNKNOWN_MODEL, collector.MISSING_LABEL],
+            [1.0, -0.0, 3.0, 1.0, 1.0, 1.0],
+            float("inf"),
+            [2, 0, 2],
+            [1.0, -0.0, 3.0],
+            {"missing-label": 2, "unknown-model": 1},
+            id="a-pod-twice-and-minus-zero-kept-in-order",
+        ),
+        pytest.param(
+            [1, 2, 3], [float("inf"), -1.0, float("-inf")], float("inf"), [], [], {"inf": 2, "negative": 1}, id="none"
+        ),
+        pytest.param([], [], 1.0, [], [], {}, id="empty"),
+    ],
+)
+def test_usable_keeps_what_names_a_pod_with_a_value_in_range(
+    codes: list[int], values: list[float], upper: float, pods: list[int], kept: list[float], drops: dict[str, int]
+) -> None:
+    counted: collections.Counter[str] = collections.Counter()
+    at, samples = collector._usable(codes, np.array(values, dtype=np.float64), upper, counted)
+    assert at.tolist() == pods
+    assert repr(samples.tolist()) == repr(kept)  # -0.0 stays -0.0, as the loop it replaced kept it
+    assert dict(counted) == drops  # no reason counted 0
