@@ -10,7 +10,8 @@ its median went from 65 ms with the loop idle to ~205 ms while a cycle decides a
 `python -m tests.bench_wake --decide-s 1.5` (100 wakes, cycles back to back; docs/benchmarks/scale.md, item 26),
 the interval fixed for the whole process, 5 ms against 1 ms, alternately: median 209 / 201 ms against
 **106 / 104 ms**, p99 365 / 749 ms against **173 / 170 ms** (the goal: < 300 ms); 2 ms gave 135 / 216 ms, 0.5 ms
-87 / 153 ms. A decide loses nothing measurable (the GIL changes hands only when another thread asks for it).
+87 / 153 ms. A decide loses nothing measurable (the GIL changes hands only when another thread asks for it). With
+the interval at 1 ms only while deciding, as here: median 110 / 104 ms, p99 176 / 167 ms.
 
 Only while deciding: the collect runs four query threads and a digester beside the loop, and there a 1-ms interval
 costs. One process, 10,000 VAs, the interval alternated cycle by cycle (8 cycles each): collect median 2.35 s at
