@@ -18,7 +18,7 @@ as the reconciler decides (`decide_cycle`), in a child process:
   `REFIT_CYCLES` cycles with the re-fits its filters make (every fourth cycle on this fleet, whose latencies no
   α, β, γ fit; the simulator's servers re-fit about as often: docs/benchmarks/scale.md, item 16);
 * the event loop while a learning cycle of the first size decides in the reconciler's decide thread
-  (`adapter.reconciler.loop._DECIDER`, the GIL handed over after 1 ms as there): the longest gap between the
+  (`adapter.reconciler.loop._DECIDER`; `decide_cycle` hands the GIL over after 1 ms): the longest gap between the
   wake-ups of a 5-ms ticker, against the decide's own length (how long the loop stood still when decide ran on it).
   The longest gaps come from C calls that hold the GIL (the fit's linear algebra), which no switch interval
   shortens: three pairs at 1,000 VAs, 5 ms against 1 ms, read 46 / 56 / 122 against 39 / 48 / 129 ms.
@@ -68,20 +68,17 @@ def configs() -> dict[str, Any]:
 
 
 async def _stall(decide: Any, args: tuple[Any, ...]) -> tuple[float, float]:
-    """(longest gap of a 5-ms ticker, decide's wall time) while `decide(*args)` runs in the reconciler's thread, as
-    the reconciler runs it (the GIL handed over after 1 ms: `FinelySharedGil`)."""
-    from adapter.reconciler.gil import FinelySharedGil
+    """(longest gap of a 5-ms ticker, decide's wall time) while `decide(*args)` runs in the reconciler's thread."""
     from adapter.reconciler.loop import _DECIDER
 
     started = time.perf_counter()
-    with FinelySharedGil():
-        task = asyncio.get_running_loop().run_in_executor(_DECIDER, decide, *args)
-        longest, last = 0.0, time.perf_counter()
-        while not task.done():
-            await asyncio.sleep(0.005)
-            now = time.perf_counter()
-            longest, last = max(longest, now - last), now
-        await task
+    task = asyncio.get_running_loop().run_in_executor(_DECIDER, decide, *args)
+    longest, last = 0.0, time.perf_counter()
+    while not task.done():
+        await asyncio.sleep(0.005)
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    await task
     return longest, time.perf_counter() - started
 
 

@@ -144,10 +144,9 @@ class Reconciler:
             self._meanwhile = meanwhile = _Meanwhile(state_before)
             try:
                 config = EngineConfig(configmaps=configmaps)
-                with FinelySharedGil():  # the loop answers within ~1 ms while decide holds the GIL
-                    result, self._state = await asyncio.get_running_loop().run_in_executor(
-                        _DECIDER, decide_cycle, snapshot, state_before, config, now_s
-                    )
+                result, self._state = await asyncio.get_running_loop().run_in_executor(
+                    _DECIDER, decide_cycle, snapshot, state_before, config, now_s
+                )
             except Exception:
                 self._state = meanwhile.state  # the wakes answered meanwhile stand
                 self._cycle_failed(started)
@@ -354,7 +353,7 @@ class _Meanwhile:
 _DECIDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-decide")
 """The one thread every cycle's decide runs in, off the event loop: the servers that share the loop (External
 Metrics API, KEDA scaler, probes, the Lease) keep answering while a large fleet is decided (a decide holds the GIL
-only between the interpreter's switches, every 1 ms while it decides: `FinelySharedGil`). Not the loop's default
+only between the interpreter's switches, every 1 ms while it decides: `decide_cycle`). Not the loop's default
 executor, which `asyncio.run` joins at exit: a stop during a decide leaves it to `serve`'s exit, as the Prometheus
 query threads are (adapter/app/serve.py)."""
 
@@ -363,8 +362,9 @@ def decide_cycle(
     snapshot: Snapshot, state: engine.EngineState, config: EngineConfig, now_s: float
 ) -> tuple[CycleResult, engine.EngineState]:
     """`engine.decide` as every cycle runs it: with the cyclic GC paused (adapter/reconciler/gcpause.py says
-    why; at 10,000 VAs it is a third of decide's CPU and the reason decide grew faster than the fleet)."""
-    with GcPause():
+    why; at 10,000 VAs it is a third of decide's CPU and the reason decide grew faster than the fleet), and the GIL
+    handed over after 1 ms, so that the event loop answers meanwhile (adapter/reconciler/gil.py)."""
+    with GcPause(), FinelySharedGil():
         return engine.decide(snapshot, state, config, now_s)
 
 

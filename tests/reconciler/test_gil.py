@@ -57,9 +57,9 @@ def test_an_interval_out_of_range_is_named_and_changes_nothing(interval_s: float
 
 async def test_the_reconciler_decides_with_it_and_collects_without(monkeypatch: pytest.MonkeyPatch) -> None:
     seen_s: dict[str, float] = {}
-    real_decide = loop.decide_cycle
+    real_decide = loop.engine.decide
 
-    def decide(*args: object) -> object:
+    def decide(*args: object) -> object:  # the engine's decide, inside the reconciler's `decide_cycle`
         seen_s["decide"] = sys.getswitchinterval()
         return real_decide(*args)  # type: ignore[arg-type]
 
@@ -68,7 +68,7 @@ async def test_the_reconciler_decides_with_it_and_collects_without(monkeypatch: 
             seen_s["collect"] = sys.getswitchinterval()
             return await super().collect(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(loop, "decide_cycle", decide)
+    monkeypatch.setattr(loop.engine, "decide", decide)
     rec, store, _ = make(busy_view(), metrics=Metrics(busy_collection(0.5)))
     assert await rec.run_cycle() is not None
     assert len(store.list()) == 2
