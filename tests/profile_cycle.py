@@ -32,7 +32,7 @@ from adapter import engine
 from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import Collection
 from adapter.domain.snapshot import Snapshot
-from adapter.metrics import collector as collector_module
+from adapter.metrics import answers
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import build_queries
 from tests.bench_collect import NOW_S, Fleet, make_fleet, start_fake
@@ -44,9 +44,9 @@ def collect_serially(collector: PrometheusCollector, fleet: Fleet) -> Collection
     if hasattr(collector, "pod_index"):  # issue 22: fetch the body, then decode and digest it
         index = collector.pod_index(fleet.pod_variants)
         outcomes = [(q, collector._digest(q, collector._receive(collector._send(q.promql)), index)) for q in queries]
-        return collector_module.join(fleet.models, outcomes, index)
+        return answers.join(fleet.models, outcomes, index)
     outcomes = [(q, collector._fetch_digest(q, fleet.pod_variants)) for q in queries]  # type: ignore[attr-defined, unused-ignore]
-    return collector_module.join(fleet.models, outcomes, fleet.pod_variants)  # type: ignore[arg-type, unused-ignore]
+    return answers.join(fleet.models, outcomes, fleet.pod_variants)  # type: ignore[arg-type, unused-ignore]
 
 
 def decide_fn() -> Callable[..., Any]:

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.errors import ConfigError
-from adapter.metrics.collector import assemble
+from adapter.metrics.answers import assemble
 from adapter.metrics.queries import ALL_QUERIES, HISTOGRAM_QUERIES, Query, QueryName, QueryWindows, build_queries
 from adapter.sim import scenario as scenario_module
 from adapter.sim.frontier import Frontier, Hint, search

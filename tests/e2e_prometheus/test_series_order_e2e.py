@@ -18,7 +18,7 @@ import pytest
 
 from adapter.domain.cluster import ModelQuery
 from adapter.domain.ids import ModelKey
-from adapter.metrics import collector as collector_module
+from adapter.metrics import answers
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import QueryName, QueryWindows, build_queries
 from tests.metrics.emulators import MetricsServer, VllmPod
@@ -28,11 +28,7 @@ from .prom import PrometheusProcess, Target
 MODELS = (ModelKey("ns-a", "org/model-a"), ModelKey("ns-b", "org/model-b"))
 PODS = {f"pod-{i:02d}": MODELS[i % 2] for i in range(24)}
 WINDOWS = QueryWindows(saturation_s=2, tokens_s=4, latency_s=4, dispatch_s=3)
-VLLM_FAMILY = [
-    name
-    for name in collector_module.SERIES_CACHED
-    if collector_module._Family.of(name) is collector_module._Family.VLLM
-]
+VLLM_FAMILY = [name for name in answers.SERIES_CACHED if answers._Family.of(name) is answers._Family.VLLM]
 
 
 @pytest.fixture
@@ -79,7 +75,7 @@ async def test_prometheus_writes_a_family_s_series_in_one_order(prometheus: Prom
         pod_variants = {(key.namespace, name): f"variant-{key.namespace}" for name, key in PODS.items()}
         models = [ModelQuery(k) for k in MODELS]
         await collector.collect(models, pod_variants)
-        series = collector._series._series[collector_module._Family.VLLM]
+        series = collector._series._series[answers._Family.VLLM]
         kept = series.order_codes
         got = await collector.collect(models, pod_variants)
     assert got.available

@@ -29,7 +29,7 @@ from adapter.domain.errors import FixtureError, ManifestError, QueryError, Serve
 from adapter.domain.ids import ModelKey
 from adapter.engine.state import StateFormatError, state_from_json
 from adapter.k8s import objects
-from adapter.metrics.collector import parse_vector
+from adapter.metrics.answers import parse_vector
 from adapter.metrics.epp import parse_queues
 from adapter.replay import fixture
 from adapter.servers.keda import resolve_target

@@ -17,15 +17,8 @@ from adapter.domain.cluster import ModelQuery
 from adapter.domain.errors import ConfigError, PrometheusUnavailable, QueryError
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import ModelTraffic
-from adapter.metrics.collector import (
-    BODIES_HELD,
-    Digest,
-    PodIndex,
-    PrometheusCollector,
-    VectorSample,
-    assemble,
-    parse_vector,
-)
+from adapter.metrics.answers import Digest, PodIndex, assemble, parse_vector
+from adapter.metrics.collector import BODIES_HELD, PrometheusCollector, VectorSample
 from adapter.metrics.queries import Query, QueryName, build_queries
 from tests.metrics import V1_QUERIES
 from tests.ports import free_port

@@ -10,7 +10,8 @@ from adapter.domain.cluster import ModelQuery
 from adapter.domain.errors import QueryError
 from adapter.domain.ids import ModelKey
 from adapter.domain.latency import INF, LatencyHistogram
-from adapter.metrics.collector import PrometheusCollector, assemble
+from adapter.metrics.answers import assemble
+from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import HISTOGRAM_QUERIES, Query, QueryName, QueryWindows, build_queries
 
 from .emulators import FakePrometheus, vector

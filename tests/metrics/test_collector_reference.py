@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.errors import PrometheusUnavailable, QueryError, SourceError
 from adapter.domain.ids import ModelKey
-from adapter.metrics.collector import PrometheusCollector, assemble
+from adapter.metrics.answers import assemble
+from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import EPP_MODEL_LABEL, Query, QueryName, build_queries
 from tests.metrics import reference_collector as reference
 

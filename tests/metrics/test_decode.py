@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapter.domain.errors import QueryError
-from adapter.metrics.collector import decode_answer, elements
+from adapter.metrics.answers import decode_answer, elements
 
 
 def _answer(*values: object) -> bytes:

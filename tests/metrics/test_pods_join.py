@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from adapter.domain.cluster import ModelQuery
 from adapter.domain.ids import ModelKey
-from adapter.metrics.collector import MAX_GEOMETRY_LABEL, _tokens_in_use, assemble
+from adapter.metrics.answers import MAX_GEOMETRY_LABEL, _tokens_in_use, assemble
 from adapter.metrics.queries import QueryName, build_queries
 
 

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from adapter.domain.cluster import ModelQuery
 from adapter.domain.errors import QueryError
 from adapter.domain.ids import ModelKey
-from adapter.metrics import collector
-from adapter.metrics.collector import Digest, PodIndex, PrometheusCollector, SeriesCache, decode_answer, digest
+from adapter.metrics import answers
+from adapter.metrics.answers import Digest, PodIndex, SeriesCache, decode_answer, digest
+from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import Query, QueryName, build_queries
 from tests.metrics.test_collector_reference import generated_cycle
 
@@ -49,7 +50,7 @@ def _check(cache: SeriesCache, query: Query, body: bytes, index: PodIndex) -> bo
     got, want = cache.digest(query, body, index), _typed(query, body, index)
     if got is None:  # only where the typed reading refuses the body too (its text reading or an error follows)
         with pytest.raises(msgspec.DecodeError):
-            collector._DECODER.decode(body)
+            answers._DECODER.decode(body)
         return False
     assert isinstance(want, Digest)
     assert got.query is query
@@ -72,7 +73,7 @@ def _cycles(seed: int) -> tuple[list[tuple[list[Query], PodIndex]], dict[QueryNa
     models, and the same again."""
     rng = random.Random(seed)
     models, pod_variants, outcomes = generated_cycle(seed)
-    cached = collector.SERIES_CACHED
+    cached = answers.SERIES_CACHED
     bodies = {q.name: _body(a) for q, a in outcomes if q.name in cached and not isinstance(a, Exception)}
     pods = sorted(pod_variants)
 
@@ -139,14 +140,14 @@ def test_an_answer_in_the_last_one_s_order_is_read_by_place() -> None:
     index = PodIndex.of({(namespace, f"p{i}"): "v" for i in (1, 2, 3)})
     cache = SeriesCache()
     assert _check(cache, kv, _body(elements), index)
-    series = cache._series[collector._Family.VLLM]
+    series = cache._series[answers._Family.VLLM]
     learnt, order_codes = _by_hex(series.codes), series.order_codes
-    assert order_codes == [collector.UNKNOWN_POD, 0, 1, 2]
+    assert order_codes == [answers.UNKNOWN_POD, 0, 1, 2]
     assert _check(cache, queue, _body(elements), index)  # another query of the family, the same order
     assert series.order_codes is order_codes  # read by place: nothing rebuilt
     assert _by_hex(series.codes) == learnt
     assert _check(cache, kv, _body(elements[::-1]), index)
-    assert series.order_codes == [2, 1, 0, collector.UNKNOWN_POD]  # the new order kept for the next answer
+    assert series.order_codes == [2, 1, 0, answers.UNKNOWN_POD]  # the new order kept for the next answer
     assert _by_hex(series.codes) == learnt  # the same series, nothing learnt again
     # each key is the very bytes its place in the order wraps (the dict, the wrapper, the loop's name and
     # getrefcount's argument): the copy made to look it up replaced the dict's key, so no series is held twice
@@ -218,7 +219,7 @@ def test_labels_that_are_not_strings_fall_to_the_typed_path() -> None:
 
 
 def test_a_cache_that_outgrows_its_pods_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(collector, "SPARE_SERIES", 2)
+    monkeypatch.setattr(answers, "SPARE_SERIES", 2)
     models = [ModelQuery(ModelKey("ns", "org/m"))]
     (query,) = [q for q in build_queries(models) if q.name is QueryName.KV_CACHE_USAGE]
     strangers = [
@@ -228,13 +229,13 @@ def test_a_cache_that_outgrows_its_pods_starts_over(monkeypatch: pytest.MonkeyPa
     cache = SeriesCache()
     first, second = PodIndex.of({("ns", "p0"): "v"}), PodIndex.of({("ns", "p0"): "w"})
     assert _check(cache, query, _body([mine, *strangers]), first)
-    series = cache._series[collector._Family.VLLM]
+    series = cache._series[answers._Family.VLLM]
     assert len(series.codes) == 6  # more than 2 × 1 pod + 2
     assert _check(cache, query, _body([mine]), second)
-    assert len(cache._series[collector._Family.VLLM].codes) == 1  # started over, then learnt the one series it read
+    assert len(cache._series[answers._Family.VLLM].codes) == 1  # started over, then learnt the one series it read
     smaller = PodIndex.of({("ns", "p0"): "v"})
     assert _check(cache, query, _body([mine, *strangers[:3]]), smaller)
-    assert len(cache._series[collector._Family.VLLM].codes) == 4  # within the bound: renumbered and kept
+    assert len(cache._series[answers._Family.VLLM].codes) == 4  # within the bound: renumbered and kept
 
 
 def test_a_forgotten_geometry_series_takes_its_geometry_with_it() -> None:
@@ -244,7 +245,7 @@ def test_a_forgotten_geometry_series_takes_its_geometry_with_it() -> None:
     body = _body([{"metric": {**labels, "pod": pod}, "value": [1, "1"]} for pod in ("p0", "stranger")])
     cache = SeriesCache()
     assert _check(cache, query, body, PodIndex.of({("ns", "p0"): "v"}))
-    series = cache._series[collector._Family.GEOMETRY]
+    series = cache._series[answers._Family.GEOMETRY]
     assert len(series.shapes) == 2  # p0's and the stranger's (an unknown pod, its labels counts)
     series.renumber(PodIndex.of({("ns", "p0"): "w"}))
     assert (len(series.codes), len(series.shapes)) == (1, 1)  # the stranger forgotten, geometry and all
@@ -254,7 +255,7 @@ def test_a_forgotten_geometry_series_takes_its_geometry_with_it() -> None:
     ("codes", "values", "upper", "pods", "kept", "drops"),
     [
         pytest.param(
-            [4, collector.UNKNOWN_POD, 7, 9],
+            [4, answers.UNKNOWN_POD, 7, 9],
             [0.5, 0.3, float("nan"), 2.0],
             1.0,
             [4],
@@ -263,7 +264,7 @@ def test_a_forgotten_geometry_series_takes_its_geometry_with_it() -> None:
             id="the-docstring-example",
         ),
         pytest.param(
-            [2, 0, 2, collector.MISSING_LABEL, collector.UNKNOWN_MODEL, collector.MISSING_LABEL],
+            [2, 0, 2, answers.MISSING_LABEL, answers.UNKNOWN_MODEL, answers.MISSING_LABEL],
             [1.0, -0.0, 3.0, 1.0, 1.0, 1.0],
             float("inf"),
             [2, 0, 2],
@@ -281,7 +282,7 @@ def test_usable_keeps_what_names_a_pod_with_a_value_in_range(
     codes: list[int], values: list[float], upper: float, pods: list[int], kept: list[float], drops: dict[str, int]
 ) -> None:
     counted: collections.Counter[str] = collections.Counter()
-    at, samples = collector._usable(codes, np.array(values, dtype=np.float64), upper, counted)
+    at, samples = answers._usable(codes, np.array(values, dtype=np.float64), upper, counted)
     assert at.tolist() == pods
     assert repr(samples.tolist()) == repr(kept)  # -0.0 stays -0.0, as the loop it replaced kept it
     assert dict(counted) == drops  # no reason counted 0
