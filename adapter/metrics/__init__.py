@@ -1,8 +1,7 @@
 """The metrics edge: PromQL builders (`queries`), the Prometheus collector (`collector`), the answers' reading
-(`answers`, also run by the digest worker: `digester`) and direct EPP scraping (`epp`).
+(`answers`) and direct EPP scraping (`epp`).
 
 The only package that imports `prometheus_api_client` (import-linter contract). It turns what Prometheus and
 the EPP pods say into `adapter.domain.cluster.Collection` values and wraps every library error into
-`adapter.domain.errors` here, at the edge. Nothing is re-exported here: importing a module of this package (the
-digest worker imports `answers`) must not import the HTTP clients.
+`adapter.domain.errors` here, at the edge. Nothing is re-exported here: each module is imported by its name.
 """

@@ -1,9 +1,9 @@
 """Prometheus answers read and reduced: decoding, the digests, the series cache and the join. Pure, no I/O.
 
-What `adapter.metrics.collector` does with a body once it has it, and what the digest worker
-(`adapter.metrics.digester`) does in a process of its own: so that module imports only msgspec, numpy and the
-domain, not the HTTP clients (a worker interpreter ~20 MB smaller). The collector's docstring gives the contract
-(drop reasons, latency histograms, the series cache's part); the functions here are its reading.
+What `adapter.metrics.collector` does with a body once it has one; the collector keeps the HTTP, the threads and
+the errors of the source. Apart so that each file reads as one job, and so that this module imports no HTTP
+client (msgspec, numpy and the domain only). The collector's docstring gives the contract (drop reasons, latency
+histograms, the series cache's part); the functions here are its reading.
 """
 
 from __future__ import annotations
@@ -311,6 +311,15 @@ class Digest:
     histograms: Mapping[ModelKey, LatencyHistogram] | None = None
     """A latency histogram (TTFT or TPOT buckets) by model."""
     dropped: Mapping[str, int] = field(default_factory=dict)
+
+
+def digest_body(series: SeriesCache, query: Query, body: bytes, index: PodIndex, url: str) -> Digest:
+    """One answer's body decoded and reduced: a per-pod answer through the series cache when it can, anything else
+    (or what the cache's reading refuses) by the typed path. Raises QueryError naming the problem (`url` is where
+    the body came from, for the message). One thread at a time per `series`."""
+    if query.name in SERIES_CACHED and (cached := series.digest(query, body, index)) is not None:
+        return cached
+    return digest(query, decode_answer(body, url), index)
 
 
 def digest(query: Query, result: Sequence[Element], index: PodIndex) -> Digest:

@@ -54,6 +54,9 @@ is paused meanwhile (`adapter.reconciler.gcpause`). A malformed element fails it
 naming the problem), never half-applied. `query()` (one ad-hoc query, all labels) still goes through
 prometheus_api_client's `custom_query`. tests/bench_collect.py measures it; tests/metrics/test_collector_reference.py
 keeps it equal to the previous dict-based path, tests/metrics/test_series_cache.py the cache to the typed path.
+
+This module is the HTTP, the threads and the source's errors; the reading of a body (the typed decoding, the
+digests, the series cache and the join) is `adapter.metrics.answers`.
 """
 
 from __future__ import annotations
@@ -82,13 +85,11 @@ from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.errors import ConfigError, PrometheusUnavailable, QueryError, SourceError
 from adapter.metrics.answers import (
     ERROR_TEXT_LIMIT,
-    SERIES_CACHED,
     Digest,
     PodIndex,
     PodKey,
     SeriesCache,
-    decode_answer,
-    digest,
+    digest_body,
     error_text,
     join,
     parse_vector,
@@ -289,9 +290,7 @@ class PrometheusCollector:
         """Worker thread: decode and reduce one answer; its elements are garbage as soon as this returns. A
         per-pod answer goes through the series cache (`SeriesCache`) when it can."""
         with self._gc_pause():
-            if query.name in SERIES_CACHED and (cached := self._series.digest(query, body, index)) is not None:
-                return cached
-            return digest(query, decode_answer(body, self.url), index)
+            return digest_body(self._series, query, body, index, self.url)
 
     def _join(
         self, models: Sequence[ModelQuery], outcomes: Sequence[tuple[Query, Digest | SourceError]], index: PodIndex
