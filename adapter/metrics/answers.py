@@ -640,9 +640,9 @@ def _usable(
     codes: Sequence[int], values: FloatColumn, upper: float, drops: Counter[str]
 ) -> tuple[PodNumbers, FloatColumn]:
     """The elements that name a pod (code >= 0) with a value in [0, upper] (finite): their pod numbers and values,
-    in the answer's order; each other one counted in `drops` by its code's reason, or its value's problem — what
-    `_column`'s loop does, over arrays (callgrind: a cached answer's digest 12 % fewer instructions; item 27 of
-    docs/benchmarks/scale.md).
+    in the answer's order; each other one counted in `drops` by its code's reason, or its value's problem. The one
+    value check of both per-pod paths, the series cache's and `_column`'s: over arrays, where a loop checked each
+    element (callgrind: a cached answer's digest 12 % fewer instructions; item 27 of docs/benchmarks/scale.md).
 
     Example: codes (4, UNKNOWN_POD, 7, 9), values (0.5, 0.3, NaN, 2.0), upper 1 ⇒ pods (4,), values (0.5,);
     drops unknown-pod 1, nan 1, out-of-range 1."""
