@@ -7,7 +7,8 @@ Per scale (VAs = models × 3 variants, 10 pods per VA; 1,000 VAs = 334 models an
 1. `collect`: the real `PrometheusCollector` (requests, typed decoding, digest and per-pod assembly) against a
    local aiohttp fake `/api/v1/query` that serves answers generated once (the same query strings
    `build_queries` makes, the latency histograms included, realistic labels and values, a few NaN from idle
-   pods). The fake runs in a child process so its work and memory are not measured.
+   pods), gzipped for a client that accepts gzip as Prometheus does (each answer compressed once, when first
+   asked). The fake runs in a child process so its work and memory are not measured.
 2. `snapshot`: joining the Collection with the inventory's VariantViews into a `Snapshot`.
 3. `decide`: as the reconciler runs it (`decide_cycle`: the GC paused), with the engine state of the previous
    cycle carried over and the clock 30 s later each cycle.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import math
 import os
@@ -196,11 +198,16 @@ def serve_main(n_vas: int, port_file: Path) -> None:
     """Child process: serve the recorded answers for `n_vas` until terminated."""
     answers = record_answers(make_fleet(n_vas))
     empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+    packed: dict[str, bytes] = {}  # gzipped on first demand, then kept (Prometheus would compress every time)
 
     async def handle(request: web.Request) -> web.Response:
         query = request.query.get("query")
         if query is None and request.method == "POST":
             query = str((await request.post()).get("query", ""))
+        if "gzip" in request.headers.get("Accept-Encoding", ""):  # as Prometheus' own handler answers
+            key = query or ""
+            body = packed.get(key) or packed.setdefault(key, gzip.compress(answers.get(key, empty), compresslevel=6))
+            return web.Response(body=body, content_type="application/json", headers={"Content-Encoding": "gzip"})
         return web.Response(body=answers.get(query or "", empty), content_type="application/json")
 
     async def run() -> None:

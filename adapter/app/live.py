@@ -61,6 +61,7 @@ PROMETHEUS_FIELDS: Final = frozenset(
         "prometheus_client_key",
         "prometheus_insecure_skip_verify",
         "prometheus_timeout_s",
+        "prometheus_compression",
         "saturation_window_s",
     }
 )

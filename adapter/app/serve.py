@@ -366,6 +366,7 @@ def _collector(settings: Settings) -> PrometheusCollector:
         ca_file=str(settings.prometheus_ca_file) if settings.prometheus_ca_file else None,
         insecure_skip_verify=settings.prometheus_insecure_skip_verify,
         client_cert=_client_cert(settings),
+        compression=settings.prometheus_compression,
         # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
         # rates and latencies. V1-only collection (kv, queue, EPP, request count) costs half at 1,000 VAs
         # (tests/bench_collect.py) but would starve the other analyzers.

@@ -59,6 +59,13 @@ KNOBS: tuple[_Knob, ...] = (
     ),
     _Knob("prometheus_timeout_s", "--prometheus-timeout", "PROMETHEUS_QUERY_TIMEOUT", "duration", "per-query timeout"),
     _Knob(
+        "prometheus_compression",
+        "--prometheus-compression",
+        "WVA_PROMETHEUS_COMPRESSION",
+        "bool",
+        "ask Prometheus for gzip answers (fewer bytes, more CPU on both sides; off: plain JSON)",
+    ),
+    _Knob(
         "saturation_window_s",
         "--saturation-window",
         "WVA_SATURATION_WINDOW",
@@ -165,6 +172,10 @@ class Settings(BaseModel):
     prometheus_client_key: Path | None = None
     prometheus_insecure_skip_verify: bool = False
     prometheus_timeout_s: float = Field(default=10.0, gt=0, le=HOUR_S)
+    prometheus_compression: bool = False
+    """Off: the collector asks for `Accept-Encoding: identity` (Prometheus gzips its answers for any client that
+    accepts gzip, as requests does by default: at 10,000 VAs that cost this process ~0.2 s of a cycle's collect, and
+    Prometheus the compressing; docs/benchmarks/scale.md, item 29). On: gzip, for a Prometheus behind a slow link."""
     saturation_window_s: float = Field(default=60.0, gt=0, le=DAY_S)
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"

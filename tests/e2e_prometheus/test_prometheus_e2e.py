@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 
 from adapter.domain.cluster import Collection, EppEndpoint, InferencePoolInfo, ModelQuery
 from adapter.domain.ids import ModelKey
-from adapter.metrics.collector import PrometheusCollector
+from adapter.metrics.collector import ACCEPT_ENCODING, PrometheusCollector
 from adapter.metrics.epp import EppScraper
 from adapter.metrics.queries import QueryWindows, build_queries
 from tests.metrics.emulators import EppPod, MetricsServer, VllmPod
@@ -420,3 +421,44 @@ async def test_every_query_parses_and_escaping_matches_exactly(tmp_path: Path) -
             await s.stop()
     assert seen == {"dot": 0.1, "plus": 0.30000000000000004, "quote": 0.5}
     assert got.dropped_samples.get("unknown-model", 0) == 0  # the decoys never matched the regex
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "gzip"])
+async def test_answers_come_as_the_collector_asks_and_read_the_same(tmp_path: Path, compression: bool) -> None:
+    """A real Prometheus gzips an answer exactly when the client accepts gzip (`--prometheus-compression` relies on
+    it, and its default asks for plain JSON), and the collector reads either form into the same values."""
+    pods = {f"p{i}": VllmPod("org/m") for i in range(3)}
+    for i, p in enumerate(pods.values()):
+        p.set_load(kv_cache_usage=0.25 * (i + 1))
+    servers = {pod: await MetricsServer(p.render).start() for pod, p in pods.items()}
+    prom = PrometheusProcess(tmp_path / "prom", {"vllm": [Target(s.address, "ns", pod) for pod, s in servers.items()]})
+    prom.start()
+    try:
+        await prom.wait_ready()
+        model = [ModelQuery(ModelKey("ns", "org/m"))]
+        promql = build_queries(model, windows=WINDOWS)[0].promql
+        answer = await asyncio.to_thread(
+            requests.get,
+            f"{prom.url}/api/v1/query",
+            params={"query": promql},
+            headers={"Accept-Encoding": ACCEPT_ENCODING[compression]},
+            stream=True,
+            timeout=5,
+        )
+        encoding = answer.headers.get("Content-Encoding")
+        answer.close()
+        async with PrometheusCollector(prom.url, timeout_s=5, windows=WINDOWS, compression=compression) as collector:
+            deadline = time.monotonic() + 10
+            while True:
+                got = await collector.collect(model, {("ns", pod): pod for pod in pods})
+                seen = {p.pod: p.kv_cache_usage for p in got.pods}
+                if (len(seen) == 3 and None not in seen.values()) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.3)
+    finally:
+        prom.stop()
+        for s in servers.values():
+            await s.stop()
+    assert encoding == ("gzip" if compression else None)
+    assert seen == {"p0": 0.25, "p1": 0.5, "p2": 0.75}
+    assert not got.errors

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import math
 import time
@@ -397,6 +398,8 @@ class FakePrometheus:
     delay_s: float = 0.0
     seen: list[str] = field(default_factory=list)
     authorization: list[str | None] = field(default_factory=list)
+    accept_encoding: list[str | None] = field(default_factory=list)
+    """Each request's Accept-Encoding; an answer is gzipped when it names gzip, as Prometheus' own handler does."""
     in_flight: int = 0
     max_in_flight: int = 0
     port: int = 0
@@ -413,6 +416,7 @@ class FakePrometheus:
         promql = params.get("query", "")
         self.seen.append(promql)
         self.authorization.append(request.headers.get("Authorization"))
+        self.accept_encoding.append(request.headers.get("Accept-Encoding"))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -428,8 +432,12 @@ class FakePrometheus:
         if isinstance(answer, int):
             error = {"status": "error", "errorType": "execution", "error": f"emulated {answer}"}
             return web.Response(status=answer, text=json.dumps(error), content_type="application/json")
-        body = {"status": "success", "data": {"resultType": "vector", "result": answer}}
-        return web.Response(text=json.dumps(body), content_type="application/json")
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": answer}}).encode()
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            return web.Response(
+                body=gzip.compress(body), headers={"Content-Encoding": "gzip"}, content_type="application/json"
+            )
+        return web.Response(body=body, content_type="application/json")
 
     async def _broken(self, request: web.Request, how: str) -> web.StreamResponse:
         """Headers and the first bytes of an answer, then: "stall" (nothing for `stall_s`), "cut" (the connection

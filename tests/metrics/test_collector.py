@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -395,6 +396,29 @@ async def test_bearer_token_and_concurrency_bound(fake: FakePrometheus) -> None:
     assert got.available
     assert fake.authorization == ["Bearer s3cret"] * 16
     assert fake.max_in_flight == 3
+
+
+@pytest.mark.parametrize(
+    ("compression", "asked"), [(False, "identity"), (True, "gzip")], ids=["plain-by-default", "gzip-when-asked"]
+)
+async def test_compression_asks_prometheus_for_what_it_sends(
+    fake: FakePrometheus, compression: bool, asked: str
+) -> None:
+    """Prometheus gzips an answer for a client that accepts gzip (the emulator too): the collector accepts only
+    plain JSON unless `compression`, on the bulk path and on `query`, and reads either into the same values."""
+    fake.answers = healthy_answers()
+    fake.answers["up"] = [{"metric": {"job": "x"}, "value": [0, "1"]}]
+    async with PrometheusCollector(fake.url) as plain:
+        reference = await plain.collect(MODELS, POD_VARIANTS)
+    fake.accept_encoding.clear()
+    async with PrometheusCollector(fake.url, compression=compression) as collector:
+        got = await collector.collect(MODELS, POD_VARIANTS)
+        samples = await collector.query("up")
+    assert fake.accept_encoding == [asked] * 17
+    assert replace(got, duration_s=0.0) == replace(reference, duration_s=0.0)
+    assert reference.pods
+    assert not got.errors
+    assert samples == [VectorSample({"job": "x"}, 1.0)]
 
 
 async def test_closed_collector_reports_unavailable(fake: FakePrometheus) -> None:
