@@ -18,7 +18,7 @@ from adapter.config.configmaps import AllocationMode
 from adapter.domain.ids import ModelKey
 from adapter.domain.snapshot import Snapshot, VariantView
 from adapter.engine import pipeline
-from adapter.metrics.collector import assemble
+from adapter.metrics.answers import assemble
 from tests.core.test_scale_reference import saturation_config, views_for
 from tests.metrics.test_collector_reference import generated_cycle
 

@@ -31,7 +31,7 @@ from adapter.domain.snapshot import (
     VariantView,
 )
 from adapter.engine import analyze
-from adapter.metrics.collector import assemble
+from adapter.metrics.answers import assemble
 from adapter.reconciler.loop import decide_cycle
 from tests.metrics import reference_collector
 from tests.metrics.test_collector_reference import generated_cycle
