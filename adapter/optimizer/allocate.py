@@ -99,6 +99,36 @@ def _allocate_proposals(
     return out
 
 
+UNMET_TOLERANCE = 1e-6
+"""Demand (in the signal's unit) below which two allocations' unmet totals count as equal."""
+
+
+def _greedy(
+    groups: Sequence[_Group],
+    mode: AllocationMode,
+    free: dict[str, int] | None,
+    current: Mapping[tuple[str, ...], Mapping[str, int]],
+) -> tuple[dict[tuple[str, ...], dict[str, int]], dict[tuple[str, ...], float]]:
+    """The greedy path's targets and unmet demand per group, from the current counts: the limiter's fair share of
+    the free GPUs (or cost-aware without it) for scale-ups, cost-aware removal for scale-downs. Takes what it
+    grants from `free` (the notes then name what is left)."""
+    targets = {key: dict(counts) for key, counts in current.items()}
+    unmet: dict[tuple[str, ...], float] = {g.key: 0.0 for g in groups}
+    ups = [g for g in groups if g.required > 0]
+    if mode.limiter and free is not None:
+        shares = [limiter.ShareRequest(g.key, g.variants, g.required, g.priority, targets[g.key]) for g in ups]
+        limiter.greedy_by_score(shares, free)
+        for share in shares:
+            unmet[share.key] = max(0.0, share.remaining)
+    else:
+        for g in ups:
+            unmet[g.key] = cost_aware.scale_up(g.variants, targets[g.key], g.required)
+    for g in groups:
+        if g.required <= 0 < g.spare:
+            cost_aware.scale_down(g.variants, targets[g.key], g.spare)
+    return targets, unmet
+
+
 def _groups(signal: CapacitySignal) -> list[_Group]:
     if not signal.roles:
         return [_Group(signal.model, None, signal.variants, signal.required, signal.spare, signal.priority)]
@@ -119,9 +149,10 @@ def _allocate_capacity(
     signals: Sequence[CapacitySignal], mode: AllocationMode, free: dict[str, int] | None
 ) -> dict[ModelKey, ModelAllocation]:
     groups = [g for s in signals for g in _groups(s)]
-    targets: dict[tuple[str, ...], dict[str, int]] = {
+    current: dict[tuple[str, ...], dict[str, int]] = {
         g.key: {v.name: v.current_replicas for v in g.variants} for g in groups
     }
+    targets = {key: dict(counts) for key, counts in current.items()}
     unmet: dict[tuple[str, ...], float] = {g.key: 0.0 for g in groups}
     notes: dict[ModelKey, list[str]] = {s.model: [] for s in signals}
     solved = None
@@ -147,20 +178,18 @@ def _allocate_capacity(
                 if g.required > 0:
                     supplied = sum(targets[g.key][v.name] * max(0.0, v.per_replica_capacity) for v in g.variants)
                     unmet[g.key] = max(0.0, _demand(g) - supplied)
+            left_free = None if free is None else dict(free)
+            greedy_targets, greedy_unmet = _greedy(groups, mode.greedy, left_free, current)
+            if sum(greedy_unmet.values()) < sum(unmet.values()) - UNMET_TOLERANCE:
+                # the program trades demand for cost at its penalty's price (exact.py): a fraction of a unit left
+                # unmet can cost less than the replica that would meet it, also where the pools cannot meet all
+                targets, unmet, mode = greedy_targets, greedy_unmet, mode.greedy
+                if free is not None and left_free is not None:
+                    free.update(left_free)
+                for s in signals:
+                    notes[s.model].append(f"exact optimizer left more demand unmet than {mode.optimizer}; used it")
     if solved is None:
-        ups = [g for g in groups if g.required > 0]
-        if mode.limiter and free is not None:
-            shares = [limiter.ShareRequest(g.key, g.variants, g.required, g.priority, targets[g.key]) for g in ups]
-            limiter.greedy_by_score(shares, free)
-            for share in shares:
-                unmet[share.key] = max(0.0, share.remaining)
-        else:
-            for g in ups:
-                unmet[g.key] = cost_aware.scale_up(g.variants, targets[g.key], g.required)
-        for g in groups:
-            if g.required <= 0 < g.spare:
-                cost_aware.scale_down(g.variants, targets[g.key], g.spare)
-
+        targets, unmet = _greedy(groups, mode, free, current)
     out: dict[ModelKey, ModelAllocation] = {}
     for s in signals:
         merged: dict[str, int] = {}

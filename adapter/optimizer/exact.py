@@ -13,7 +13,11 @@ P = 1 + 1000 · max_v(cost_v / cap_v) makes any unmet unit dearer than any capac
 fraction of a unit left unmet can cost less than the replica that would cover it (found by hypothesis: D short by
 0.34 tokens of a 400-token, $15 replica; 0.34 · P = $13 < $15, so the program left 0.34 unmet where greedy met
 all). So u_r is held at 0 where the variants' maxima can cover D_r and that is sound (`_solve_component`), and
-the penalty prices only what cannot be covered.
+the penalty prices only what cannot be covered. Where the pools cannot cover every request, the same trade remains
+(found by hypothesis: one free L4 GPU, the program gave it to a $1 replica meeting 299.8 tokens rather than a $10
+one meeting 300 of another model's need: 0.2 tokens more unmet for $9 less); so the caller compares the program's
+unmet total with the greedy path's and keeps the greedy allocation when it leaves less unmet
+(`allocate._allocate_capacity`): the exact mode never leaves more demand unmet than the greedy one.
 
 Worked example: D = 10,000 tokens, A (cost 5, 2,000 tokens) and B (cost 15, 8,000 tokens), nothing running:
 greedy buys 2 B (30, 16,000 tokens); the MILP buys 1 B + 1 A (20, 10,000 tokens) — exactly covered, a third

@@ -252,6 +252,27 @@ def test_exact_never_removes_on_a_scale_up_nor_adds_on_a_scale_down(
             assert targets[v.name] <= v.current_replicas
 
 
+def test_exact_never_leaves_more_demand_unmet_than_greedy() -> None:
+    """Found by hypothesis: one L4 GPU free, A (priority 0.5) short by 299.8 tokens of a $1, 900-token replica, B
+    short by 1,231 of what its variants can reach, its 1-GPU variant $10 for 300. The program, pricing every unmet
+    token at P = 1 + 1000 · 10/300 ≈ $34.3, gave the GPU to A: 0.2 tokens more unmet for $9 less. The greedy
+    limiter gives it to B (the higher share of its need) and leaves less unmet, so the exact mode keeps that."""
+    a = signal(A, supply("a", cost=1, cap=900, current=3, hi=7, accel="L4"), required=299.8, priority=0.5)
+    b = signal(
+        B,
+        supply("b0", cost=10, cap=300, hi=1, accel="L4"),
+        supply("b1", cost=2.5, cap=400, current=1, lo=1, hi=3, accel="L4", gpr=2),
+        required=1231.07,
+    )
+    gpus = GpuPools({"L4": 6}, uses_of(a, b))  # 5 held, 1 free
+    greedy = allocate([a, b], mode=AllocationMode(limiter=True), gpus=gpus)
+    exact = allocate([a, b], mode=AllocationMode(limiter=True, exact=True), gpus=gpus)
+    assert greedy[B].targets == {"b0": 1, "b1": 1}
+    assert sum(x.unmet for x in greedy.values()) == pytest.approx(299.8 + 931.07)
+    assert {m: x.targets for m, x in exact.items()} == {m: x.targets for m, x in greedy.items()}
+    assert "exact optimizer left more demand unmet than" in " ".join(exact[A].notes)
+
+
 def test_exact_respects_gpu_pools() -> None:
     s = signal(A, supply("a", cost=1, cap=100, gpr=2), required=1000)
     out = allocate([s], mode=AllocationMode(limiter=True, exact=True), gpus=GpuPools({"A100": 6}, {}))
