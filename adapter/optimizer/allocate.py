@@ -179,8 +179,9 @@ def _allocate_capacity(
                     supplied = sum(targets[g.key][v.name] * max(0.0, v.per_replica_capacity) for v in g.variants)
                     unmet[g.key] = max(0.0, _demand(g) - supplied)
             left_free = None if free is None else dict(free)
-            greedy_targets, greedy_unmet = _greedy(groups, mode.greedy, left_free, current)
-            if sum(greedy_unmet.values()) < sum(unmet.values()) - UNMET_TOLERANCE:
+            short = sum(unmet.values())
+            greedy_targets, greedy_unmet = _greedy(groups, mode.greedy, left_free, current) if short else ({}, {})
+            if short and sum(greedy_unmet.values()) < short - UNMET_TOLERANCE:
                 # the program trades demand for cost at its penalty's price (exact.py): a fraction of a unit left
                 # unmet can cost less than the replica that would meet it, also where the pools cannot meet all
                 targets, unmet, mode = greedy_targets, greedy_unmet, mode.greedy
