@@ -178,17 +178,16 @@ def _allocate_capacity(
                 if g.required > 0:
                     supplied = sum(targets[g.key][v.name] * max(0.0, v.per_replica_capacity) for v in g.variants)
                     unmet[g.key] = max(0.0, _demand(g) - supplied)
-            left_free = None if free is None else dict(free)
             short = sum(unmet.values())
-            greedy_targets, greedy_unmet = _greedy(groups, mode.greedy, left_free, current) if short else ({}, {})
-            if short and sum(greedy_unmet.values()) < short - UNMET_TOLERANCE:
-                # the program trades demand for cost at its penalty's price (exact.py): a fraction of a unit left
-                # unmet can cost less than the replica that would meet it, also where the pools cannot meet all
-                targets, unmet, mode = greedy_targets, greedy_unmet, mode.greedy
-                if free is not None and left_free is not None:
-                    free.update(left_free)
-                for s in signals:
-                    notes[s.model].append(f"exact optimizer left more demand unmet than {mode.optimizer}; used it")
+            if short > UNMET_TOLERANCE:  # the program prices unmet demand (exact.py): greedy may leave less of it
+                left_free = None if free is None else dict(free)
+                greedy_targets, greedy_unmet = _greedy(groups, mode.greedy, left_free, current)
+                if sum(greedy_unmet.values()) < short - UNMET_TOLERANCE:
+                    targets, unmet, mode = greedy_targets, greedy_unmet, mode.greedy
+                    if free is not None and left_free is not None:
+                        free.update(left_free)  # what greedy took, as the notes below name it
+                    for s in signals:
+                        notes[s.model].append(f"exact optimizer left more demand unmet than {mode.optimizer}; used it")
     if solved is None:
         targets, unmet = _greedy(groups, mode, free, current)
     out: dict[ModelKey, ModelAllocation] = {}
