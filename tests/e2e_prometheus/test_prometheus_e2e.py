@@ -8,6 +8,7 @@ Run with `-s` to see the transcript (what Prometheus scraped, what was collected
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -394,31 +395,13 @@ async def test_every_query_parses_and_escaping_matches_exactly(tmp_path: Path) -
     pods = {pod: VllmPod(model) for pod, model in names.items()}
     for i, p in enumerate(pods.values()):
         p.set_load(kv_cache_usage=0.1 * (i + 1))
-    servers = {pod: await MetricsServer(p.render).start() for pod, p in pods.items()}
-    prom = PrometheusProcess(tmp_path / "prom", {"vllm": [Target(s.address, "ns", pod) for pod, s in servers.items()]})
-    prom.start()
-    try:
-        await prom.wait_ready()
+    async with _scraping(tmp_path, pods) as prom:
         wanted = [ModelQuery(ModelKey("ns", names[p])) for p in ("dot", "plus", "quote")]
         huge = [ModelQuery(ModelKey(f"ns-{i % 5}", f"org/model-{i:05d}")) for i in range(2000)]
         async with PrometheusCollector(prom.url, timeout_s=5, windows=WINDOWS) as collector:
             for query in (*build_queries(wanted), *build_queries(huge)):
                 await collector.query(query.promql)  # raises QueryError on a 400 (bad PromQL)
-            variants = {("ns", pod): pod for pod in pods}
-            deadline = time.monotonic() + 10
-            while True:
-                got = await collector.collect(wanted, variants)
-                seen = {p.pod: p.kv_cache_usage for p in got.pods}
-                # a pod shows up with its first scrape in any query's answer; each query reads Prometheus at its
-                # own instant, so one whose answer came before that scrape still lacks it: wait for every value
-                complete = len(seen) == 3 and all(v is not None for v in seen.values())
-                if complete or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.3)
-    finally:
-        prom.stop()
-        for s in servers.values():
-            await s.stop()
+            got, seen = await _every_kv(collector, wanted, pods, expected=3)
     assert seen == {"dot": 0.1, "plus": 0.30000000000000004, "quote": 0.5}
     assert got.dropped_samples.get("unknown-model", 0) == 0  # the decoys never matched the regex
 
@@ -430,11 +413,7 @@ async def test_answers_come_as_the_collector_asks_and_read_the_same(tmp_path: Pa
     pods = {f"p{i}": VllmPod("org/m") for i in range(3)}
     for i, p in enumerate(pods.values()):
         p.set_load(kv_cache_usage=0.25 * (i + 1))
-    servers = {pod: await MetricsServer(p.render).start() for pod, p in pods.items()}
-    prom = PrometheusProcess(tmp_path / "prom", {"vllm": [Target(s.address, "ns", pod) for pod, s in servers.items()]})
-    prom.start()
-    try:
-        await prom.wait_ready()
+    async with _scraping(tmp_path, pods) as prom:
         model = [ModelQuery(ModelKey("ns", "org/m"))]
         promql = build_queries(model, windows=WINDOWS)[0].promql
         answer = await asyncio.to_thread(
@@ -448,17 +427,38 @@ async def test_answers_come_as_the_collector_asks_and_read_the_same(tmp_path: Pa
         encoding = answer.headers.get("Content-Encoding")
         answer.close()
         async with PrometheusCollector(prom.url, timeout_s=5, windows=WINDOWS, compression=compression) as collector:
-            deadline = time.monotonic() + 10
-            while True:
-                got = await collector.collect(model, {("ns", pod): pod for pod in pods})
-                seen = {p.pod: p.kv_cache_usage for p in got.pods}
-                if (len(seen) == 3 and None not in seen.values()) or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.3)
+            got, seen = await _every_kv(collector, model, pods, expected=3)
+    assert encoding == ("gzip" if compression else None)
+    assert seen == {"p0": 0.25, "p1": 0.5, "p2": 0.75}
+    assert not got.errors
+
+
+@contextlib.asynccontextmanager
+async def _scraping(tmp_path: Path, pods: dict[str, VllmPod]) -> AsyncIterator[PrometheusProcess]:
+    """A real Prometheus scraping each emulated pod (namespace "ns", the pod's name), ready; stopped after, with the
+    pods' servers."""
+    servers = {pod: await MetricsServer(p.render).start() for pod, p in pods.items()}
+    prom = PrometheusProcess(tmp_path / "prom", {"vllm": [Target(s.address, "ns", pod) for pod, s in servers.items()]})
+    prom.start()
+    try:
+        await prom.wait_ready()
+        yield prom
     finally:
         prom.stop()
         for s in servers.values():
             await s.stop()
-    assert encoding == ("gzip" if compression else None)
-    assert seen == {"p0": 0.25, "p1": 0.5, "p2": 0.75}
-    assert not got.errors
+
+
+async def _every_kv(
+    collector: PrometheusCollector, models: list[ModelQuery], pods: dict[str, VllmPod], *, expected: int
+) -> tuple[Collection, dict[str, float | None]]:
+    """Collections until `expected` pods show their KV usage (10 s at most), and the last one's usage by pod. A pod
+    shows up with its first scrape in any query's answer; each query reads Prometheus at its own instant, so one
+    whose answer came before that scrape still lacks it."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = await collector.collect(models, {("ns", pod): pod for pod in pods})
+        seen = {p.pod: p.kv_cache_usage for p in got.pods}
+        if (len(seen) == expected and None not in seen.values()) or time.monotonic() > deadline:
+            return got, seen
+        await asyncio.sleep(0.3)
