@@ -181,8 +181,6 @@ class PrometheusCollector:
         session.verify = False if insecure_skip_verify else (ca_file or True)
         if client_cert is not None:
             session.cert = client_cert
-        self.compression = compression
-        """Whether answers come gzip-compressed (`ACCEPT_ENCODING`)."""
         self._headers = {"Accept-Encoding": ACCEPT_ENCODING[compression]}
         if bearer_token:
             self._headers["Authorization"] = f"Bearer {bearer_token}"
