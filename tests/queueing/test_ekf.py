@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import random
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -635,6 +636,33 @@ def test_variants_in_lockstep_update_as_each_alone(
         alone = ekf.update(state, pods, now_s=1.0)
         assert (outcome.accepted, outcome.rejected, outcome.reasons) == (alone.accepted, alone.rejected, alone.reasons)
         assert outcome.state == alone.state
+
+
+_ANY_NUMBER = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1.0, 0.5, 1e9])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(_ANY_NUMBER, _ANY_NUMBER, _ANY_NUMBER, st.integers(-1, 3), _ANY_NUMBER, _ANY_NUMBER), max_size=4
+        ),
+        max_size=5,
+    )
+)
+def test_the_valid_rows_are_the_valid_environments(
+    raw: list[list[tuple[float, float, float, int, float, float]]],
+) -> None:
+    """`_valid_only` keeps, for each variant, the rows of exactly the environments whose `valid` holds, in order,
+    and says where each variant's rows begin and how many they are (none for a variant with no valid one)."""
+    envs = [[ekf.Environment(*e) for e in pods] for pods in raw]
+    table, firsts, counts = ekf._valid_only(ekf._observations(chain.from_iterable(envs)), [len(p) for p in envs])
+    assert len(firsts) == len(counts) == len(envs)
+    assert len(table) == int(counts.sum())
+    for pods, first, count in zip(envs, firsts.tolist(), counts.tolist(), strict=True):
+        kept = [e for e in pods if e.valid]
+        assert count == len(kept)
+        assert table[first : first + count].tobytes() == ekf._observations(kept).tobytes()
 
 
 def test_advance_many_starts_refits_and_updates_each_variant_as_advance_does() -> None:

@@ -212,6 +212,31 @@ def test_environments_are_the_usable_values_bit_for_bit(
     assert as_bits == [tuple(v.hex() if isinstance(v, float) else v for v in row) for row in expected]
 
 
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(metric_values, metric_values, metric_values, metric_values, metric_values), max_size=5),
+            st.integers(1, 512),
+        ),
+        max_size=5,
+    )
+)
+def test_the_lockstep_reads_each_load_as_its_environments_bit_for_bit(
+    raw: list[tuple[list[tuple[float | None, ...]], int]],
+) -> None:
+    """`learn_many` reads every busy pod of every load straight into the filter's observation table, without an
+    `Environment` a pod: the same numbers as `environments` of each load, load after load, to the bit."""
+    loads = [
+        VariantLoad(f"v{j}", tuple(_pod(f"p{k}", *row) for k, row in enumerate(rows)), max_batch, 0.0)  # type: ignore[arg-type]
+        for j, (rows, max_batch) in enumerate(raw)
+    ]
+    got = ekf._observed(loads)
+    expected = ekf._observations(env for load in loads for env in ekf.environments(load))
+    assert got.shape == expected.shape == (sum(len(load.busy) for load in loads), 6)
+    assert got.tobytes() == expected.tobytes()
+
+
 def test_no_busy_pod_is_an_empty_workload() -> None:
     assert workload([_pod("idle", 0, 512, 128, 0.2, 0.02)]) == Workload()
 

@@ -69,8 +69,9 @@ engine (upstream panicked on a nil measurement inside the Jacobian); a restored 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -84,6 +85,7 @@ from adapter.domain.frozen import fast_init
 Vector = npt.NDArray[np.float64]
 Matrix = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+IndexArray = npt.NDArray[np.intp]
 
 NIS_GATE = 7.378
 """χ²₂ 97.5 % quantile (upstream's comment calls it the 95 % bound)."""
@@ -309,6 +311,16 @@ def _cholesky_succeeds(p: Matrix) -> bool:
 _PROBES = np.vstack([np.zeros(3), *(sign * np.eye(3)[j] for j in range(3) for sign in (1.0, -1.0))])
 """θ and its six central-difference probes: rows 2j+1 and 2j+2 move θ_j up and down by JACOBIAN_STEP."""
 
+RATE, INPUT, OUTPUT, BATCH, TTFT, ITL = range(6)
+"""The columns of an observation table (`_observations`): λ req/s, I and O tokens, N, TTFT and ITL in ms."""
+_OBSERVATION = attrgetter("arrival_rps", "input_tokens", "output_tokens", "max_batch", "ttft_ms", "itl_ms")
+
+
+def _observations(envs: Iterable[Environment]) -> Matrix:
+    """Environments as a table, a row each in the columns `RATE` … `ITL`: what the lockstep reads of them, read once
+    a cycle (one C call an environment) rather than once a step and pass."""
+    return np.array(list(map(_OBSERVATION, envs)), dtype=np.float64).reshape(-1, 6)
+
 
 def _h(rows: RowMetrics) -> Matrix:
     """h = (TTFT without its decode step, ITL) per row of the model's answer; NaN rows where it has none."""
@@ -340,21 +352,26 @@ def linearise(theta: Vector, env: Environment) -> tuple[Vector | None, Matrix | 
     """(h(e^θ), ∂h/∂θ) from one call of seven rows: θ and its central-difference probes, step 0.01 in θ (1 % of
     each parameter). Either is None when h fails at its rows."""
     with np.errstate(all="ignore"):
-        hx, h, _ = _linearise_many(np.asarray(theta, dtype=np.float64)[None, :], [env])
+        hx, h, _ = _linearise_many(np.asarray(theta, dtype=np.float64)[None, :], _observations([env]))
     hx_ok, h_ok = bool(np.isfinite(hx[0]).all()), bool(np.isfinite(h[0]).all())
     return (hx[0] if hx_ok else None), (h[0] if h_ok else None)
 
 
-def _linearise_many(theta: Matrix, envs: Sequence[Environment]) -> tuple[Matrix, npt.NDArray[np.float64], BoolArray]:
-    """`linearise` for m variants (θ: (m, 3)), each at its own environment, in one model call of 7·m rows:
-    h (m, 2), H (m, 2, 3), and whether both are finite (where not, they hold NaN)."""
-    m = len(envs)
-    size = np.array([(e.input_tokens, e.output_tokens, e.arrival_rps, e.max_batch) for e in envs]).reshape(m, 4)
-    size = np.repeat(size, len(_PROBES), axis=0)
-    batch = size[:, 3].astype(np.int64)
+def _linearise_many(theta: Matrix, obs: Matrix) -> tuple[Matrix, npt.NDArray[np.float64], BoolArray]:
+    """`linearise` for m variants (θ: (m, 3)), each at its own observation (a row of `obs`, `_observations`), in one
+    model call of 7·m rows: h (m, 2), H (m, 2, 3), and whether both are finite (where not, they hold NaN)."""
+    m, probes = len(obs), len(_PROBES)
+    batch = np.repeat(obs[:, BATCH], probes).astype(np.int64)
     params = np.exp(theta[:, None, :] + JACOBIAN_STEP * _PROBES).reshape(-1, 3)
-    rows = analyze_rows(params, size[:, 0], size[:, 1], size[:, 2], max_batch=batch, max_queue=QUEUE_TO_BATCH * batch)
-    h = _h(rows).reshape(m, len(_PROBES), 2)
+    rows = analyze_rows(
+        params,
+        np.repeat(obs[:, INPUT], probes),
+        np.repeat(obs[:, OUTPUT], probes),
+        np.repeat(obs[:, RATE], probes),
+        max_batch=batch,
+        max_queue=QUEUE_TO_BATCH * batch,
+    )
+    h = _h(rows).reshape(m, probes, 2)
     jac = _transposed((h[:, 1::2] - h[:, 2::2]) / (2 * JACOBIAN_STEP))
     evaluable = np.asarray(np.isfinite(h).all(axis=(1, 2)), dtype=np.bool_)
     return h[:, 0], jac, evaluable
@@ -733,59 +750,67 @@ def update_many(jobs: Sequence[tuple[FilterState, Sequence[Environment]]], *, no
     stacked matrix products round as they do; tests/queueing/test_ekf.py). Why: a variant's observations are
     sequential, so one variant is ~10 model calls of 7 rows a cycle, each mostly call overhead (~130 µs); in
     lockstep the rows of a whole block of variants share each call (~0.6 µs a row)."""
-    return _update_valid([(state, [e for e in environments if e.valid]) for state, environments in jobs], now_s=now_s)
+    table, firsts, lengths = _valid_only(
+        _observations(chain.from_iterable(environments for _, environments in jobs)), [len(e) for _, e in jobs]
+    )
+    return _update_valid([state for state, _ in jobs], table, firsts, lengths, now_s=now_s)
 
 
-def _update_valid(jobs: Sequence[tuple[FilterState, Sequence[Environment]]], *, now_s: float) -> list[Outcome]:
-    """`update_many` for environments already known to be valid."""
-    if not jobs:
+def _update_valid(
+    states: Sequence[FilterState], table: Matrix, firsts: IndexArray, lengths: IndexArray, *, now_s: float
+) -> list[Outcome]:
+    """`update_many` of valid observations: variant j's are the rows `firsts[j]` … `firsts[j] + lengths[j] − 1` of
+    `table` (`_observations`, `_valid_only`), in order; step k takes row `firsts[j] + k` of each variant j still
+    observing."""
+    count = len(states)
+    if not count:
         return []
-    count = len(jobs)
-    envs = [environments for _, environments in jobs]
-    states = [state for state, _ in jobs]
     x = np.log(np.array([(s.alpha_ms, s.beta_ms, s.gamma_ms) for s in states], dtype=np.float64).reshape(count, 3))
     p = np.array([s.covariance for s in states], dtype=np.float64).reshape(count, 3, 3)
     lo = np.log(np.array([s.lower for s in states], dtype=np.float64)).reshape(count, 3)
     hi = np.log(np.array([s.upper for s in states], dtype=np.float64)).reshape(count, 3)
     q = np.eye(3) * PERCENT_CHANGE**2
-    accepted, rejected = [0] * count, [0] * count
-    reasons: list[list[str]] = [[] for _ in jobs]
-    nis_last: list[float | None] = [state.last_nis for state, _ in jobs]
-    for k in range(max((len(e) for e in envs), default=0)):
-        active = [j for j in range(count) if k < len(envs[j])]
-        rows = np.array(active, dtype=np.intp)
+    accepted, rejected = np.zeros(count, dtype=np.intp), np.zeros(count, dtype=np.intp)
+    nis_last, has_nis = np.zeros(count), np.zeros(count, dtype=np.bool_)
+    reasons: dict[int, list[str]] = {}
+    for k in range(int(lengths.max(initial=0))):
+        rows = np.flatnonzero(lengths > k)
         with np.errstate(all="ignore"):
-            steps = _steps(x[rows], p[rows] + q, [envs[j][k] for j in active], lo=lo[rows], hi=hi[rows])
-        taken = np.array([not why for why in steps.why], dtype=np.bool_)
+            steps = _steps(x[rows], p[rows] + q, table[firsts[rows] + k], lo=lo[rows], hi=hi[rows])
+        taken = np.ones(len(rows), dtype=np.bool_)
+        taken[list(steps.why)] = False
         x[rows[taken]], p[rows[taken]] = steps.theta[taken], steps.p[taken]
-        for j, why, nis in zip(active, steps.why, steps.nis.tolist(), strict=True):
-            if why:
-                rejected[j] += 1
-                reasons[j].append(why)
-            else:
-                nis_last[j] = nis
-                accepted[j] += 1
-    learned = np.exp(x).tolist()
+        accepted[rows[taken]] += 1
+        rejected[rows[~taken]] += 1
+        nis_last[rows[taken]], has_nis[rows[taken]] = steps.nis[taken], True
+        for index, why in sorted(steps.why.items()):
+            reasons.setdefault(int(rows[index]), []).append(why)
+    learned, covariances = np.exp(x).tolist(), p.tolist()
+    counts = zip(
+        accepted.tolist(), rejected.tolist(), nis_last.tolist(), has_nis.tolist(), lengths.tolist(), strict=True
+    )
     outcomes = []
-    for j, state in enumerate(states):
-        if not envs[j]:
+    for j, (state, (taken_j, rejected_j, nis, has, observed)) in enumerate(zip(states, counts, strict=True)):
+        if not observed:
             outcomes.append(Outcome(state, reasons=("no busy pod with TTFT and ITL",)))
             continue
         # nothing accepted: the parameters and covariance stay bit for bit; the bookkeeping moves either way
-        alpha, beta, gamma = learned[j] if accepted[j] else (state.alpha_ms, state.beta_ms, state.gamma_ms)
-        new = replace(
-            state,
-            alpha_ms=alpha,
-            beta_ms=beta,
-            gamma_ms=gamma,
-            covariance=_as_cov(p[j]) if accepted[j] else state.covariance,
-            updated_s=now_s,
-            accepted=state.accepted + accepted[j],
-            rejected=state.rejected + rejected[j],
-            last_nis=nis_last[j],
-            lost_cycles=state.lost_cycles + 1 if 2 * rejected[j] >= len(envs[j]) else 0,
+        alpha, beta, gamma = learned[j] if taken_j else (state.alpha_ms, state.beta_ms, state.gamma_ms)
+        c0, c1, c2 = covariances[j]
+        new = FilterState(
+            alpha,
+            beta,
+            gamma,
+            ((c0[0], c0[1], c0[2]), (c1[0], c1[1], c1[2]), (c2[0], c2[1], c2[2])) if taken_j else state.covariance,
+            state.lower,
+            state.upper,
+            now_s,
+            state.accepted + taken_j,
+            state.rejected + rejected_j,
+            nis if has else state.last_nis,
+            state.lost_cycles + 1 if 2 * rejected_j >= observed else 0,
         )
-        outcomes.append(Outcome(new, accepted[j], rejected[j], tuple(dict.fromkeys(reasons[j]))))
+        outcomes.append(Outcome(new, taken_j, rejected_j, tuple(dict.fromkeys(reasons.get(j, ())))))
     return outcomes
 
 
@@ -804,31 +829,32 @@ def normalized_innovation_squared(y: Vector, s: Matrix) -> float:
 
 
 class _Steps(NamedTuple):
-    """`_steps`' answer per variant: θ and P after the step, the NIS, and the rejection reason ("" when accepted;
-    θ and P are then not to be used)."""
+    """`_steps`' answer per variant: θ and P after the step, the NIS, and the rejection reason of each variant whose
+    observation was rejected, by its row (θ and P of those rows are then not to be used)."""
 
     theta: Matrix
     p: npt.NDArray[np.float64]
     nis: Vector
-    why: list[str]
+    why: dict[int, str]
 
 
 def _transposed(m: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return np.swapaxes(m, -1, -2)
 
 
-def _steps(x: Matrix, p: npt.NDArray[np.float64], envs: Sequence[Environment], *, lo: Matrix, hi: Matrix) -> _Steps:
+def _steps(x: Matrix, p: npt.NDArray[np.float64], obs: Matrix, *, lo: Matrix, hi: Matrix) -> _Steps:
     """One gated, iterated update of θ = log x for each of m variants (x: (m, 3), p: (m, 3, 3), already
-    predicted), each with its own observation: the module docstring's equations, one array operation per line."""
-    m = len(envs)
-    z = np.array([(e.ttft_ms, e.itl_ms) for e in envs], dtype=np.float64).reshape(m, 2)
+    predicted), each with its own observation (a row of `obs`, `_observations`): the module docstring's equations,
+    one array operation per line."""
+    m = len(obs)
+    z = obs[:, TTFT : ITL + 1]
     r = np.zeros((m, 2, 2))
     r[:, [0, 1], [0, 1]] = (RELATIVE_SD * z) ** 2
-    why = [""] * m
+    why: dict[int, str] = {}
     nis = np.full(m, math.nan)
-    hx, h, evaluable = _linearise_many(x, envs)
+    hx, h, evaluable = _linearise_many(x, obs)
     for j in np.flatnonzero(~evaluable).tolist():
-        why[j] = f"the model cannot evaluate {envs[j].arrival_rps:.3g} req/s at the current parameters"
+        why[j] = f"the model cannot evaluate {float(obs[j, RATE]):.3g} req/s at the current parameters"
     y = z - hx
     s = h @ p @ _transposed(h) + r
     definite = _symmetric_pd_2x2(s)
@@ -851,7 +877,7 @@ def _steps(x: Matrix, p: npt.NDArray[np.float64], envs: Sequence[Environment], *
         if not moving.any():
             break
         rows = np.flatnonzero(moving)
-        hx_i, h_i, evaluable_i = _linearise_many(theta[rows], [envs[j] for j in rows.tolist()])
+        hx_i, h_i, evaluable_i = _linearise_many(theta[rows], obs[rows])
         s_i = h_i @ p[rows] @ _transposed(h_i) + r[rows]
         good = evaluable_i & _symmetric_pd_2x2(s_i)
         moving[rows[~good]] = False  # keep the last pass that could be evaluated
@@ -907,31 +933,44 @@ def advance_many(
 ) -> list[Outcome | None]:
     """`advance` for many variants: every cold start and re-fit in one lockstep fit (`_fit_many`), every update in
     one `update_many`."""
-    outcomes: list[Outcome | None] = [None] * len(jobs)
-    updates: list[tuple[int, FilterState, list[Environment]]] = []
-    fits: list[tuple[int, FilterState | None, list[Environment]]] = []
-    for index, (previous, environments) in enumerate(jobs):
-        envs = [e for e in environments if e.valid]
-        if previous is None:
-            if envs:
-                fits.append((index, None, envs))
-        elif not envs:
-            outcomes[index] = Outcome(previous, reasons=("no busy pod with TTFT and ITL",))
-        elif previous.lost_cycles >= LOST_AFTER_CYCLES:
-            fits.append((index, previous, envs))
+    table = _observations(chain.from_iterable(environments for _, environments in jobs))
+    return _advance([previous for previous, _ in jobs], table, [len(e) for _, e in jobs], now_s=now_s)
+
+
+def _advance(
+    previous: Sequence[FilterState | None], table: Matrix, lengths: Sequence[int], *, now_s: float
+) -> list[Outcome | None]:
+    """`advance_many` of every variant's observations as rows of one table (`_observations`), variant after
+    variant, `lengths[j]` rows for variant j: the valid ones kept (`_valid_only`), the fits given them as
+    environments, the updates as rows."""
+    table, firsts, counts = _valid_only(table, lengths)
+    outcomes: list[Outcome | None] = [None] * len(previous)
+    updates: list[int] = []
+    fits: list[int] = []
+    for index, (state, observed) in enumerate(zip(previous, counts.tolist(), strict=True)):
+        if state is None:
+            if observed:
+                fits.append(index)
+        elif not observed:
+            outcomes[index] = Outcome(state, reasons=("no busy pod with TTFT and ITL",))
+        elif state.lost_cycles >= LOST_AFTER_CYCLES:
+            fits.append(index)
         else:
-            updates.append((index, previous, envs))
-    learned = [(p.alpha_ms, p.beta_ms, p.gamma_ms) if p is not None else None for _, p, _ in fits]
-    fitted = _started(_fit_many([envs for _, _, envs in fits], learned), now_s=now_s)  # environments valid already
-    for (index, previous, _), state in zip(fits, fitted, strict=True):
-        if previous is None:
+            updates.append(index)
+    problems = [_environments(table[firsts[i] : firsts[i] + counts[i]]) for i in fits]
+    learned = [(p.alpha_ms, p.beta_ms, p.gamma_ms) if (p := previous[i]) is not None else None for i in fits]
+    for index, state in zip(fits, _started(_fit_many(problems, learned), now_s=now_s), strict=True):
+        before = previous[index]
+        if before is None:
             outcomes[index] = Outcome(state, started="cold start")
         else:
             outcomes[index] = Outcome(
-                replace(state, accepted=previous.accepted, rejected=previous.rejected), started="re-fitted"
+                replace(state, accepted=before.accepted, rejected=before.rejected), started="re-fitted"
             )
-    updated = _update_valid([(previous, envs) for _, previous, envs in updates], now_s=now_s)
-    for (index, _, _), outcome in zip(updates, updated, strict=True):
+    rows = np.array(updates, dtype=np.intp)
+    states = [state for i in updates if (state := previous[i]) is not None]
+    updated = _update_valid(states, table, firsts[rows], counts[rows], now_s=now_s)
+    for index, outcome in zip(updates, updated, strict=True):
         outcomes[index] = outcome
     return outcomes
 
@@ -942,8 +981,12 @@ def learn(previous: FilterState | None, load: VariantLoad, *, now_s: float) -> O
 
 
 def learn_many(jobs: Sequence[tuple[FilterState | None, VariantLoad]], *, now_s: float) -> list[Outcome | None]:
-    """`learn` for many variants, in lockstep (`advance_many`)."""
-    return advance_many([(previous, environments(load)) for previous, load in jobs], now_s=now_s)
+    """`learn` for many variants, in lockstep (`advance_many`): every busy pod's observation read straight into the
+    table the lockstep reads (`_observed`), without an `Environment` a pod."""
+    loads = [load for _, load in jobs]
+    return _advance(
+        [previous for previous, _ in jobs], _observed(loads), [len(load.busy) for load in loads], now_s=now_s
+    )
 
 
 def environments(load: VariantLoad) -> list[Environment]:
@@ -965,3 +1008,34 @@ def environments(load: VariantLoad) -> list[Environment]:
 
 _OBSERVED = attrgetter("arrival_rate_rps", "avg_input_tokens", "avg_output_tokens", "avg_ttft_s", "avg_itl_s")
 """What `environments` reads of a pod, in one C call."""
+
+
+def _observed(loads: Sequence[VariantLoad]) -> Matrix:
+    """`environments` of every load as one observation table (`_observations`' columns), load after load: each
+    value `usable(x)` over the arrays (a missing value is NaN, so 0 as in `environments`), the latencies in ms.
+    The same numbers as `_observations` of `environments`, bit for bit (tests/queueing/test_slo.py)."""
+    pods = [pod for load in loads for pod in load.busy]
+    raw = np.array(list(map(_OBSERVED, pods)), dtype=np.float64).reshape(len(pods), 5)
+    table = np.empty((len(pods), 6))
+    with np.errstate(invalid="ignore", over="ignore"):  # a latency near the float range is inf in ms, as in Python
+        raw = np.where(np.isfinite(raw) & (raw > 0), raw, 0.0)
+        table[:, [TTFT, ITL]] = raw[:, 3:] * 1000.0
+    table[:, [RATE, INPUT, OUTPUT]] = raw[:, :3]
+    table[:, BATCH] = np.repeat([load.max_batch for load in loads], [len(load.busy) for load in loads])
+    return table
+
+
+def _valid_only(table: Matrix, lengths: Sequence[int]) -> tuple[Matrix, IndexArray, IndexArray]:
+    """The valid rows of an observation table whose variant j has `lengths[j]` rows, variant after variant
+    (`Environment.valid` over the arrays), and where each variant's valid rows begin and how many they are."""
+    with np.errstate(invalid="ignore"):  # NaN fails each comparison
+        valid = ((table > 0) & (table < math.inf)).all(axis=1) & (table[:, OUTPUT] >= 1)
+    kept = np.concatenate(([0], np.cumsum(valid)))
+    bounds = np.concatenate(([0], np.cumsum(np.asarray(lengths, dtype=np.intp))))
+    firsts = kept[bounds[:-1]]
+    return table[valid], firsts.astype(np.intp), (kept[bounds[1:]] - firsts).astype(np.intp)
+
+
+def _environments(rows: Matrix) -> list[Environment]:
+    """The environments of rows of an observation table (for the fits, which read them one by one)."""
+    return [Environment(rate, i, o, int(batch), ttft, itl) for rate, i, o, batch, ttft, itl in rows.tolist()]
