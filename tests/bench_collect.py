@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gzip
 import json
 import math
@@ -313,15 +314,20 @@ class Loop:
         return wall_s, cpu_s, collection, len(result.decisions)
 
 
-PROFILES = {"all": None, "v1": V1_QUERIES}
-"""Which queries the collector sends: all 14 metrics, or only what the V1 analyzer, the enforcer and
-scale-from-zero read."""
+PROFILES = {"all": None, "v1": V1_QUERIES, "config": None}
+"""Which queries the collector sends: all 14 metrics, only what the V1 analyzer, the enforcer and scale-from-zero
+read, or what the engine configuration's decisions read (`config`: each model's `ModelQuery.reads` from
+`engine.reads`, as `serve` asks)."""
 
 
 async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int, config: str = "default") -> dict[str, Any]:
     proc, url = start_fake(n_vas)
     try:
         fleet = make_fleet(n_vas)
+        if metrics == "config":  # what `serve` asks for (adapter/reconciler/assemble.py `model_queries`)
+            configmaps = engine_config(config).configmaps
+            models = [dataclasses.replace(m, reads=engine.reads(configmaps, m.key)) for m in fleet.models]
+            fleet = dataclasses.replace(fleet, models=models)
         baseline_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         async with PrometheusCollector(url, timeout_s=60, metrics=PROFILES[metrics]) as collector:
             loop = Loop(collector, fleet, engine_config(config))
@@ -389,7 +395,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m tests.bench_collect", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scales", default="100,1000,10000", help="comma-separated VA counts")
-    parser.add_argument("--metrics", default="all,v1", help="query sets: all (14 metrics) and/or v1 (what V1 reads)")
+    parser.add_argument(
+        "--metrics",
+        default="all,v1",
+        help="query sets: all (14 metrics), v1 (what V1 reads), config (what --config reads)",
+    )
     parser.add_argument(
         "--config", choices=("default", "shipped"), default="default", help="engine ConfigMaps (see engine_config)"
     )

@@ -156,6 +156,12 @@ class Analyzer(Protocol[C, M]):
     def memory(self) -> Memory[M]: ...
 
     @property
+    def reads(self) -> frozenset[str]:
+        """The `PodMetrics` and `ModelTraffic` fields its analyses read beyond the engine's own (the collector asks
+        for no other: `adapter.engine.analyze.reads`). A field read but not listed here is None in production."""
+        ...
+
+    @property
     def prepares(self) -> bool:
         """Whether `prepare` does work for many models at once: the engine then frames this analyzer's models of the
         whole fleet and prepares them in one call before deciding block by block; otherwise it never calls it."""

@@ -62,6 +62,7 @@ class SaturationPercentage(Unprepared[SaturationConfig, NotReporting]):
     """The percentage-based analyzer (V1) as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.SATURATION_PERCENTAGE
+    reads: frozenset[str] = frozenset({"kv_cache_usage", "queue_length"})
 
     @property
     def memory(self) -> NotReportingMemory:

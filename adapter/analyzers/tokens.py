@@ -215,6 +215,20 @@ class TokenBased(Unprepared[SaturationConfig, TokenMemory]):
     """The token-based analyzer (V2) as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.SATURATION_TOKEN
+    reads: frozenset[str] = frozenset(
+        {
+            "kv_cache_usage",
+            "queue_length",
+            "num_gpu_blocks",
+            "block_size",
+            "tokens_in_use",
+            "avg_input_tokens",
+            "avg_output_tokens",
+            "prefix_cache_hit_rate",
+            "epp_queue_size",
+            "epp_queue_bytes",
+        }
+    )
 
     @property
     def memory(self) -> TokenMemoryKind:

@@ -367,9 +367,8 @@ def _collector(settings: Settings) -> PrometheusCollector:
         insecure_skip_verify=settings.prometheus_insecure_skip_verify,
         client_cert=_client_cert(settings),
         compression=settings.prometheus_compression,
-        # Every query: the token-based analyzer reads KV geometry and token lengths, the queueing model arrival
-        # rates and latencies. V1-only collection (kv, queue, EPP, request count) costs half at 1,000 VAs
-        # (tests/bench_collect.py) but would starve the other analyzers.
+        # Every query may be asked: each cycle asks for what its models' decisions read (`engine.reads`, the
+        # configured analyzers' fields and the engine's; `queries.reading`), so the ConfigMaps choose the queries.
         metrics=ALL_QUERIES,
         windows=QueryWindows(saturation_s=settings.saturation_window_s),
     )

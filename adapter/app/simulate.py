@@ -2,10 +2,10 @@
 
 `adapter.sim` may not import `adapter.metrics` (independent layers, .importlinter), so the piece that joins them
 lives here: `SimulatedPrometheus`, the reconciler's `MetricsSource` for a simulation. Each cycle it builds the
-queries `serve` builds (`build_queries`, every query, the default windows `serve` uses), answers each from the
-simulated Prometheus (`adapter.sim.metricspath.SeriesStore`) at the virtual now, and hands the answers to the
-collector's `assemble` (digest → join, with its checks, drops and counters). The engine therefore sees exactly
-the `Collection` → `Snapshot` a real Prometheus holding the same samples would give it.
+queries `serve` builds (`build_queries`: what the models' decisions read, with the default windows `serve` uses),
+answers each from the simulated Prometheus (`adapter.sim.metricspath.SeriesStore`) at the virtual now, and hands
+the answers to the collector's `assemble` (digest → join, with its checks, drops and counters). The engine
+therefore sees exactly the `Collection` → `Snapshot` a real Prometheus holding the same samples would give it.
 """
 
 from __future__ import annotations

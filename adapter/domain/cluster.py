@@ -89,10 +89,13 @@ class ClusterView:
 
 @dataclass(frozen=True, slots=True)
 class ModelQuery:
-    """What to collect for one model: the retention window of its request count (scale-to-zero)."""
+    """What to collect for one model: the retention window of its request count (scale-to-zero), and the
+    `PodMetrics` and `ModelTraffic` fields its decision reads (`adapter.engine.reads`: its analyzer's and the
+    engine's own); None reads every field. A collector asks for the fields some model of the cycle reads."""
 
     key: ModelKey
     retention_s: float = 600.0
+    reads: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from adapter.analyzers import registry
 from adapter.analyzers.protocol import Analysis, Analyzer, ModelInput
-from adapter.config.configmaps import SaturationConfig, ScaleToZeroConfig
+from adapter.config.configmaps import ConfigSet, SaturationConfig, ScaleToZeroConfig
 from adapter.config.engine import EngineConfig
 from adapter.domain.capacity import CapacitySignal
 from adapter.domain.decision import AnalyzerName
@@ -109,6 +109,20 @@ class Framed:
     def analyzable(self) -> bool:
         """Metrics collected and some pod reports: the analyzer runs (else the fallback hierarchy decides)."""
         return self.plan.metrics_reason == "MetricsFound"
+
+
+ENGINE_READS = frozenset({"kv_cache_usage", "queue_length", "request_count"})
+"""What the engine reads of every model, whatever its analyzer: the KV and queue readings that make a pod sample
+usable (`valid_samples`) and the request count of scale-to-zero (`adapter.engine.enforce`)."""
+
+
+def reads(configmaps: ConfigSet, model: ModelKey) -> frozenset[str]:
+    """The `PodMetrics` and `ModelTraffic` fields a decision for `model` reads under `configmaps`: the engine's own
+    and those of the analyzer the configuration selects (as `frame_model` selects it). The reconciler asks the
+    collector for these only (`ModelQuery.reads`), so a fleet of the shipped predictive analyzer never queries the
+    running-request, KV-geometry and prefix-cache series that only the token-based analyzer reads."""
+    saturation, _ = configmaps.saturation(model)
+    return ENGINE_READS | registry.choose(configmaps, model, saturation).reads
 
 
 def frame_model(

@@ -82,7 +82,7 @@ only.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
@@ -126,6 +126,39 @@ class QueryName(StrEnum):
 ESSENTIAL_QUERIES = frozenset({QueryName.KV_CACHE_USAGE, QueryName.QUEUE_LENGTH})
 """A model whose essential query failed is unavailable this cycle (the saturation analyzer needs both)."""
 ALL_QUERIES = frozenset(QueryName)
+FIELDS: Mapping[QueryName, frozenset[str]] = {
+    QueryName.KV_CACHE_USAGE: frozenset({"kv_cache_usage"}),
+    QueryName.QUEUE_LENGTH: frozenset({"queue_length"}),
+    QueryName.RUNNING_REQUESTS: frozenset({"running_requests"}),
+    QueryName.CACHE_CONFIG_INFO: frozenset({"num_gpu_blocks", "block_size", "tokens_in_use"}),
+    QueryName.AVG_INPUT_TOKENS: frozenset({"avg_input_tokens"}),
+    QueryName.AVG_OUTPUT_TOKENS: frozenset({"avg_output_tokens"}),
+    QueryName.PREFIX_CACHE_HIT_RATE: frozenset({"prefix_cache_hit_rate"}),
+    QueryName.AVG_TTFT: frozenset({"avg_ttft_s"}),
+    QueryName.AVG_ITL: frozenset({"avg_itl_s"}),
+    QueryName.TTFT_HISTOGRAM: frozenset({"latency"}),
+    QueryName.TPOT_HISTOGRAM: frozenset({"latency"}),
+    QueryName.DISPATCH_RATE: frozenset({"arrival_rate_rps"}),
+    QueryName.EPP_QUEUE_SIZE: frozenset({"epp_queue_size"}),
+    QueryName.EPP_QUEUE_BYTES: frozenset({"epp_queue_bytes"}),
+    QueryName.REQUEST_COUNT: frozenset({"request_count"}),
+}
+"""The `PodMetrics` and `ModelTraffic` fields each query fills (`tokens_in_use` with the KV usage, an essential
+query); `ModelQuery.reads` names fields, `reading` turns them into queries."""
+
+
+def reading(models: Iterable[ModelQuery]) -> frozenset[QueryName]:
+    """The queries that fill some field a model reads (`ModelQuery.reads`), the essential ones always; every query
+    when a model reads every field (reads None). Example: models reading {kv_cache_usage, queue_length,
+    request_count} (V1) → KV_CACHE_USAGE, QUEUE_LENGTH and REQUEST_COUNT, three queries of fifteen."""
+    fields: set[str] = set()
+    for model in models:
+        if model.reads is None:
+            return ALL_QUERIES
+        fields |= model.reads
+    return frozenset(name for name, filled in FIELDS.items() if filled & fields) | ESSENTIAL_QUERIES
+
+
 HISTOGRAM_QUERIES = frozenset({QueryName.TTFT_HISTOGRAM, QueryName.TPOT_HISTOGRAM})
 """Model-level latency histograms: what an attainment-aware analyzer reads (`ModelTraffic.latency`)."""
 
@@ -412,16 +445,16 @@ def build_queries(
     max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES,
     metrics: Iterable[QueryName] | None = None,
 ) -> tuple[Query, ...]:
-    """The queries of one cycle for `models`: one per metric in `metrics` (default: all 14) plus one request
-    count per distinct retention period.
+    """The queries of one cycle for `models`: one per metric some model reads (`reading`: what its decision reads,
+    `ModelQuery.reads`) and `metrics` admits (default: all 14), plus one request count per distinct retention
+    period.
 
-    `metrics` lets the caller ask only for what its analyzers read; the essential queries are always included.
-    Empty `models` gives no queries. The order is stable (essential queries first), so logs and tests can rely
-    on it.
+    `metrics` lets the caller restrict the queries further; the essential queries are always included. Empty
+    `models` gives no queries. The order is stable (essential queries first), so logs and tests can rely on it.
     """
     if not models:
         return ()
-    wanted = ALL_QUERIES if metrics is None else frozenset(metrics) | ESSENTIAL_QUERIES
+    wanted = reading(models) & (ALL_QUERIES if metrics is None else frozenset(metrics) | ESSENTIAL_QUERIES)
     win = windows or QueryWindows()
     keys = frozenset(m.key for m in models)
     narrow = (model_matchers(keys), namespace_matchers(keys))

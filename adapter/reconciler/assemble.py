@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from adapter import engine
 from adapter.config.configmaps import ConfigSet
 from adapter.domain.cluster import ClusterView, Collection, ModelQuery
 from adapter.domain.decision import AnalyzerName, VariantDecision
@@ -12,8 +13,11 @@ from adapter.domain.snapshot import ConditionType, ModelTraffic, Snapshot
 
 
 def model_queries(view: ClusterView, configmaps: ConfigSet) -> list[ModelQuery]:
-    """One query per model, with its scale-to-zero retention window."""
-    return [ModelQuery(model, configmaps.scale_to_zero(model)[0].retention_period_s) for model in view.models()]
+    """One query per model, with its scale-to-zero retention window and the fields its decision reads."""
+    return [
+        ModelQuery(model, configmaps.scale_to_zero(model)[0].retention_period_s, engine.reads(configmaps, model))
+        for model in view.models()
+    ]
 
 
 def build_snapshot(view: ClusterView, collection: Collection, *, now_s: float) -> Snapshot:

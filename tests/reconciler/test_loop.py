@@ -207,6 +207,23 @@ async def test_a_configmap_change_takes_effect_in_the_next_cycle() -> None:
     assert store.get(VariantKey(NS, "cheap")).desired_replicas == 3  # type: ignore[union-attr]  spare 0.05 < 0.10
 
 
+async def test_the_collector_is_asked_for_what_the_configured_analyzer_reads_and_follows_a_configmap_change() -> None:
+    """Each cycle's `ModelQuery.reads` is `engine.reads` under the ConfigMaps of that cycle: V1's fields, then the
+    token-based analyzer's once the saturation ConfigMap selects it."""
+    metrics = FakeMetrics(busy_collection(0.60))
+    rec, _, _ = make(busy_view(), metrics=metrics)
+    await rec.run_cycle()
+    (query,) = metrics.calls[-1]
+    assert query.reads == {"kv_cache_usage", "queue_length", "request_count"}
+    tokens = (CM, "wva-saturation-scaling-config", {"default": "analyzerName: saturation-token-based\n"})
+    rec._cluster = FakeCluster(replace(busy_view(), configmaps=(tokens,)))  # type: ignore[assignment]
+    await rec.run_cycle()
+    (query,) = metrics.calls[-1]
+    assert query.reads is not None
+    assert {"tokens_in_use", "prefix_cache_hit_rate", "epp_queue_bytes", "request_count"} <= query.reads
+    assert "avg_ttft_s" not in query.reads
+
+
 async def test_nothing_is_decided_before_the_inventory_has_synced() -> None:
     rec, store, status = make(replace(busy_view(), synced=False), metrics=FakeMetrics(busy_collection(0.5)))
     assert await rec.run_cycle() is None

@@ -190,7 +190,8 @@ def test_the_simulated_cluster_records_them_through_the_real_reconciler(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """simulate → SimCluster (startup) + the collector's queries over the simulated Prometheus (latency) →
-    Reconciler → flight recorder → fixture file → replay and explain."""
+    Reconciler → flight recorder → fixture file → replay and explain. The predictive policy: the collector asks
+    for the latency histograms only when some model's analyzer reads them (`engine.reads`)."""
     recorder = FlightRecorder(tmp_path / "ring", inline=True)  # the virtual clock outruns a writer thread
     recorders: list[Reconciler] = []
 
@@ -210,7 +211,7 @@ def test_the_simulated_cluster_records_them_through_the_real_reconciler(
         return reconciler
 
     monkeypatch.setattr(simulate_module, "build_reconciler", build_with_recorder)
-    run_scenario(step_scenario(duration_s=600), policy="wva-v1")
+    run_scenario(step_scenario(duration_s=600), policy="wva-predictive")
     assert recorders
     files = sorted((tmp_path / "ring").glob("cycle-*.json"))
     assert files, recorder.stats

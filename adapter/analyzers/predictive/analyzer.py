@@ -80,7 +80,7 @@ from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.analyzer import LEARNED_SECTION as FILTER_SECTION
 from adapter.analyzers.queueing.model import RequestSize, ServiceParams
 from adapter.analyzers.queueing.slo import Slo, resolve_slo
-from adapter.analyzers.queueing.workload import Observed, observe, usable
+from adapter.analyzers.queueing.workload import WORKLOAD_READS, Observed, observe, usable
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.accelerators import normalize_accelerator
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, VariantSupply, supply_of
@@ -277,6 +277,8 @@ class Predictive:
     """The predictive analyzer as the engine calls it (adapter.analyzers.protocol)."""
 
     name: AnalyzerName = AnalyzerName.PREDICTIVE
+    reads: frozenset[str] = WORKLOAD_READS | {"queue_length", "epp_queue_size", "latency"}
+    """The queueing workload's, the backlog (the pods' and the EPP's queues) and the latency histograms."""
     prepares: bool = True
     """The EKF learns every variant of the fleet in one lockstep (`prepare`)."""
     step_s: float = ENGINE_STEP_S

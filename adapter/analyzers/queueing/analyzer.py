@@ -51,7 +51,7 @@ from adapter.analyzers.protocol import Analysis, CapacityWording, ModelInput
 from adapter.analyzers.queueing import ekf
 from adapter.analyzers.queueing.model import QueueModel, RequestSize
 from adapter.analyzers.queueing.slo import Slo, resolve_slo
-from adapter.analyzers.queueing.workload import Observed, Workload, observe
+from adapter.analyzers.queueing.workload import WORKLOAD_READS, Observed, Workload, observe
 from adapter.config.configmaps import QueueingConfig
 from adapter.domain.capacity import CapacitySignal, CapacityUnit, NoSignal, VariantSupply, supply_of
 from adapter.domain.decision import AnalyzerName
@@ -104,6 +104,7 @@ class QueueingModel:
     """The queueing-model analyzer as the engine calls it."""
 
     name: AnalyzerName = AnalyzerName.QUEUEING_MODEL
+    reads: frozenset[str] = WORKLOAD_READS
     prepares: bool = True
     """The EKF learns every variant of the fleet in one lockstep (`prepare`)."""
 

@@ -21,6 +21,11 @@ from adapter.analyzers.queueing.model import DEFAULT_MAX_BATCH
 from adapter.domain.frozen import fast_init
 from adapter.domain.snapshot import PodMetrics, VariantView
 
+WORKLOAD_READS = frozenset(
+    {"arrival_rate_rps", "avg_input_tokens", "avg_output_tokens", "avg_ttft_s", "avg_itl_s", "max_batch_size"}
+)
+"""The `PodMetrics` fields `observe` and the filter's observations read."""
+
 
 @fast_init
 @dataclass(frozen=True, slots=True)
