@@ -345,6 +345,28 @@ def test_outlier_is_rejected_by_the_nis_gate() -> None:
     assert ekf.update(state, [good], now_s=1e6).accepted == 1
 
 
+def test_the_reasons_are_the_first_rejection_of_each_kind_in_order() -> None:
+    """Three outliers (each its own NIS) and a pod the model cannot serve, after a good pod: four rejections, two
+    kinds, each named once by its first rejection (the note a cycle writes quotes the first)."""
+    state, rng = _converged()
+    good = conv.observation(rng)
+    outliers = [
+        ekf.Environment(
+            good.arrival_rps, good.input_tokens, good.output_tokens, good.max_batch, good.ttft_ms * f, good.itl_ms * f
+        )
+        for f in (3.0, 4.0, 5.0)
+    ]
+    beyond = ekf.Environment(1e9, good.input_tokens, good.output_tokens, good.max_batch, good.ttft_ms, good.itl_ms)
+    outcome = ekf.update(state, [good, outliers[0], beyond, *outliers[1:]], now_s=1e6)
+    assert (outcome.accepted, outcome.rejected) == (1, 4)
+    assert len(outcome.reasons) == 2
+    assert outcome.reasons[0].startswith("observation rejected by the NIS gate (")
+    assert outcome.reasons[0].endswith(f" >= {ekf.NIS_GATE})")
+    assert outcome.reasons[1] == "the model cannot evaluate 1e+09 req/s at the current parameters"
+    alone = ekf.update(ekf.update(state, [good], now_s=1e6).state, [outliers[0]], now_s=1e6)
+    assert alone.reasons[0] == outcome.reasons[0]  # the first outlier's own NIS, after the good pod
+
+
 @pytest.mark.parametrize(
     ("y", "s", "expected"),
     [

@@ -726,8 +726,9 @@ class _Lockstep:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """A cycle's result: the state to keep, how many observations were accepted and rejected, why (distinct
-    reasons, in order), and how the filter (re)started this cycle ("" / "cold start" / "re-fitted")."""
+    """A cycle's result: the state to keep, how many observations were accepted and rejected, why (the first
+    rejection of each kind, in order: `REJECTIONS`), and how the filter (re)started this cycle ("" / "cold start" /
+    "re-fitted")."""
 
     state: FilterState
     accepted: int = 0
@@ -773,18 +774,21 @@ def _update_valid(
     accepted, rejected = np.zeros(count, dtype=np.intp), np.zeros(count, dtype=np.intp)
     nis_last, has_nis = np.zeros(count), np.zeros(count, dtype=np.bool_)
     reasons: dict[int, list[str]] = {}
+    seen = np.zeros((count, len(REJECTIONS)), dtype=np.bool_)  # the kinds of rejection each variant has had
     for k in range(int(lengths.max(initial=0))):
         rows = np.flatnonzero(lengths > k)
         with np.errstate(all="ignore"):
             steps = _steps(x[rows], p[rows] + q, table[firsts[rows] + k], lo=lo[rows], hi=hi[rows])
-        taken = np.ones(len(rows), dtype=np.bool_)
-        taken[list(steps.why)] = False
+        taken = steps.rejection < 0
         x[rows[taken]], p[rows[taken]] = steps.theta[taken], steps.p[taken]
         accepted[rows[taken]] += 1
         rejected[rows[~taken]] += 1
         nis_last[rows[taken]], has_nis[rows[taken]] = steps.nis[taken], True
-        for index, why in sorted(steps.why.items()):
-            reasons.setdefault(int(rows[index]), []).append(why)
+        variants, kinds, values = rows[~taken], steps.rejection[~taken], steps.value[~taken]
+        first = ~seen[variants, kinds]  # a variant has one observation a step: one rejection at most
+        seen[variants[first], kinds[first]] = True
+        for j, kind, value in zip(variants[first].tolist(), kinds[first].tolist(), values[first].tolist(), strict=True):
+            reasons.setdefault(j, []).append(REJECTIONS[kind].format(value))
     learned, covariances = np.exp(x).tolist(), p.tolist()
     counts = zip(
         accepted.tolist(), rejected.tolist(), nis_last.tolist(), has_nis.tolist(), lengths.tolist(), strict=True
@@ -810,7 +814,7 @@ def _update_valid(
             nis if has else state.last_nis,
             state.lost_cycles + 1 if 2 * rejected_j >= observed else 0,
         )
-        outcomes.append(Outcome(new, taken_j, rejected_j, tuple(dict.fromkeys(reasons.get(j, ())))))
+        outcomes.append(Outcome(new, taken_j, rejected_j, tuple(reasons.get(j, ()))))
     return outcomes
 
 
@@ -828,14 +832,27 @@ def normalized_innovation_squared(y: Vector, s: Matrix) -> float:
     return float(y @ np.linalg.inv(s) @ y)
 
 
+REJECTIONS = (
+    "the model cannot evaluate {:.3g} req/s at the current parameters",
+    "innovation covariance not positive definite",
+    "observation rejected by the NIS gate ({:.3g} >= " + f"{NIS_GATE})",
+    "update left the parameters or their covariance not finite",
+)
+"""Why an observation is rejected, by kind (`_Steps.rejection`), each formatted with the kind's value (the arrival
+rate, the NIS; NaN and unused for the others). Example: kind 2 with NIS 8.0 reads "observation rejected by the
+NIS gate (8 >= 7.378)"."""
+_UNEVALUABLE, _INDEFINITE, _GATED, _NOT_FINITE = range(len(REJECTIONS))
+
+
 class _Steps(NamedTuple):
-    """`_steps`' answer per variant: θ and P after the step, the NIS, and the rejection reason of each variant whose
-    observation was rejected, by its row (θ and P of those rows are then not to be used)."""
+    """`_steps`' answer per variant: θ and P after the step, the NIS, and the kind of rejection of its observation
+    (an index of `REJECTIONS`; −1 when accepted, else θ and P are not to be used) with the value its reason names."""
 
     theta: Matrix
     p: npt.NDArray[np.float64]
     nis: Vector
-    why: dict[int, str]
+    rejection: npt.NDArray[np.intp]
+    value: Vector
 
 
 def _transposed(m: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -850,23 +867,20 @@ def _steps(x: Matrix, p: npt.NDArray[np.float64], obs: Matrix, *, lo: Matrix, hi
     z = obs[:, TTFT : ITL + 1]
     r = np.zeros((m, 2, 2))
     r[:, [0, 1], [0, 1]] = (RELATIVE_SD * z) ** 2
-    why: dict[int, str] = {}
+    rejection, value = np.full(m, -1, dtype=np.intp), np.full(m, math.nan)
     nis = np.full(m, math.nan)
     hx, h, evaluable = _linearise_many(x, obs)
-    for j in np.flatnonzero(~evaluable).tolist():
-        why[j] = f"the model cannot evaluate {float(obs[j, RATE]):.3g} req/s at the current parameters"
+    rejection[~evaluable], value[~evaluable] = _UNEVALUABLE, obs[~evaluable, RATE]
     y = z - hx
     s = h @ p @ _transposed(h) + r
     definite = _symmetric_pd_2x2(s)
-    for j in np.flatnonzero(evaluable & ~definite).tolist():
-        why[j] = "innovation covariance not positive definite"
+    rejection[evaluable & ~definite] = _INDEFINITE
     live = evaluable & definite
     s_inv = np.zeros_like(s)
     s_inv[live] = np.linalg.inv(s[live])
     nis[live] = (y[live, None, :] @ s_inv[live] @ y[live, :, None])[:, 0, 0]
     gated = live & ~(nis < NIS_GATE)  # NaN is gated too
-    for j in np.flatnonzero(gated).tolist():
-        why[j] = f"observation rejected by the NIS gate ({nis[j]:.3g} >= {NIS_GATE})"
+    rejection[gated], value[gated] = _GATED, nis[gated]
     live &= ~gated
     k = p @ _transposed(h) @ s_inv
     theta = np.clip(x + (k @ y[:, :, None])[:, :, 0], lo, hi)
@@ -891,9 +905,8 @@ def _steps(x: Matrix, p: npt.NDArray[np.float64], obs: Matrix, *, lo: Matrix, hi
     p_new = i_kh @ p @ _transposed(i_kh) + k @ r @ _transposed(k)
     p_new = (p_new + _transposed(p_new)) / 2  # exactly symmetric: a + b == b + a in floating point
     finite = np.isfinite(theta).all(axis=1) & np.isfinite(p_new).all(axis=(1, 2))
-    for j in np.flatnonzero(live & ~_cholesky_succeeds_each(p_new, live & finite)).tolist():
-        why[j] = "update left the parameters or their covariance not finite"
-    return _Steps(theta, p_new, nis, why)
+    rejection[live & ~_cholesky_succeeds_each(p_new, live & finite)] = _NOT_FINITE
+    return _Steps(theta, p_new, nis, rejection, value)
 
 
 def _cholesky_succeeds_each(p: npt.NDArray[np.float64], rows: BoolArray) -> BoolArray:
