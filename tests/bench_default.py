@@ -9,14 +9,14 @@ shipped ConfigMaps, no `acceleratorProfiles`), or, with a profile for every acce
 targets only. Measured on the cycle benchmark's fleets and fake Prometheus (all metrics, 10 pods a VA), decided
 as the reconciler decides (`decide_cycle`), in a child process:
 
-* decide CPU, median of `--cycles` cycles with the engine state carried, per configuration and size; learning is
-  measured at the first size only (its first cycle fits every variant from scratch: minutes at 10,000 VAs);
+* decide CPU, median of `--cycles` cycles with the engine state carried, per configuration and size (learning too
+  at 10,000 VAs since its first cycle, every variant's fit in one lockstep, takes seconds rather than minutes);
 * the same for the predictive configurations once every model's forecaster holds a full history (`full_histories`:
   `max_points` steps, 4 h at 30 s), the steady state of a `serve` that has run for hours — the first cycles' short
   histories hid a third of its cost (docs/benchmarks/scale.md, item 12);
-* the first cycle of the learning configuration (every variant's cold-start fit), and the mean of its next
-  `REFIT_CYCLES` cycles with the re-fits its filters make (every fourth cycle on this fleet, whose latencies no
-  α, β, γ fit; the simulator's servers re-fit about as often: docs/benchmarks/scale.md, item 16);
+* the first cycle of the learning configuration (every variant's cold-start fit), and, at the first size, the mean
+  of its next `REFIT_CYCLES` cycles with the re-fits its filters make (every fourth cycle on this fleet, whose
+  latencies no α, β, γ fit; the simulator's servers re-fit about as often: docs/benchmarks/scale.md, item 16);
 * the event loop while a learning cycle of the first size decides in the reconciler's decide thread
   (`adapter.reconciler.loop._DECIDER`; `decide_cycle` hands the GIL over after 1 ms): the longest gap between the
   wake-ups of a 5-ms ticker, against the decide's own length (how long the loop stood still when decide ran on it).
@@ -151,8 +151,6 @@ def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
     for size_index, n in enumerate(sizes):
         snapshot = fleet_snapshot(n)
         for name, config in configs().items():
-            if name == "learning" and size_index > 0:
-                continue
             started = time.process_time()
             _, cold = decide(snapshot, engine.EngineState(), config, NOW_S - 30)
             first_s = time.process_time() - started
@@ -173,11 +171,11 @@ def child(sizes: tuple[int, ...], cycles: int) -> dict[str, Any]:
                     "median_cpu_ms": statistics.median(cpu_s) * 1e3,
                     "cpu_us_per_va": statistics.median(cpu_s) / n * 1e6,
                 }
-                if name == "learning" and history == "full":
+                if name == "learning" and history == "full" and size_index == 0:
                     args = (snapshot, state, config, NOW_S + 30 * cycles)
                     row["loop_stall_ms"], row["decide_wall_ms"] = (x * 1e3 for x in asyncio.run(_stall(decide, args)))
                 figures["rows"].append(row)
-            if name == "learning":
+            if name == "learning" and size_index == 0:
                 figures["refits"] = _with_refits(decide, snapshot, cold, config, n)
     return figures
 
