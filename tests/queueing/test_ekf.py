@@ -715,3 +715,25 @@ def test_variants_fitted_in_lockstep_get_each_their_fit_alone(raw: list[list[tup
     together = ekf._fit_many(problems)
     assert together == [ekf._fit_many([envs])[0] for envs in problems]
     assert [x is None for x in together] == [not envs for envs in problems]
+
+
+def test_fits_beyond_a_chunk_are_fitted_chunk_by_chunk_each_as_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More variants than `FIT_CHUNK` are fitted one chunk after another, in order, each with its own previous
+    parameters (a re-fit's extra start), and each gets what it gets alone: here 7 variants in chunks of 3."""
+    problems = [_generated(kind, seed) for seed, kind in enumerate(["model", "unlike", "load"] * 2 + ["model"])]
+    problems[4] = []  # a variant without environments in the middle of a chunk
+    previous = [None, (20.0, 0.08, 2e-4), None, None, None, (5.0, 0.05, 5e-5), (30.0, 0.1, 1e-4)]
+    alone = [ekf._fit_many([envs], [before])[0] for envs, before in zip(problems, previous, strict=True)]
+    monkeypatch.setattr(ekf, "FIT_CHUNK", 3)
+    lockstep_sizes: list[int] = []
+    runs_of = ekf._Runs.of
+
+    def counted(problems: Any, previous: Any = ()) -> Any:
+        lockstep_sizes.append(len(problems))
+        return runs_of(problems, previous)
+
+    monkeypatch.setattr(ekf._Runs, "of", staticmethod(counted))
+    assert ekf._fit_many(problems, previous) == alone
+    assert lockstep_sizes == [3, 3, 1]
+    assert alone[4] is None
+    assert all(x is not None for k, x in enumerate(alone) if k != 4)

@@ -124,6 +124,11 @@ SERVED_MARGIN = 1.5
 """The room a fit's third start leaves the most loaded pod: λ ≤ λ_max / 1.5 (`_serving`)."""
 COLD_START_SD = 1.0
 """P0 = diag(1²) in θ after a cold start or re-fit: a factor e at one σ, whatever the fit claims (see below)."""
+FIT_CHUNK = 2048
+"""Variants fitted in one lockstep at most (`_fit_many`): the lockstep's arrays grow with its rows (a run per variant
+and start, each with a copy of its pods), so the 7,906 fits of a 10,000-VA first cycle in one lockstep peaked at
+111 MB traced, 29 MB in chunks of 2,048 (docs/benchmarks/scale.md, item 32), while a chunk's calls still have tens of
+thousands of rows to share their cost."""
 LOST_AFTER_CYCLES = 3
 """Cycles in a row with at least half of the observations rejected, after which `advance` re-fits."""
 
@@ -614,6 +619,12 @@ def _fit_many(
     `least_squares` on generated variants. The third start (`_serving`) is what makes it reach as low: without it,
     from starts that leave a pod unserved, a local method stalls at the cliff where the pod becomes served at
     saturation (a residual ~10⁴, against the penalty's ~4·10²), which trf's larger first steps often jumped."""
+    if len(problems) > FIT_CHUNK:  # each variant's fit is its own (tests/queueing/test_ekf.py): chunks change nothing
+        return [
+            answer
+            for start in range(0, len(problems), FIT_CHUNK)
+            for answer in _fit_many(problems[start : start + FIT_CHUNK], previous[start : start + FIT_CHUNK])
+        ]
     runs = _Runs.of(problems, previous)
     answers: list[tuple[float, float, float] | None] = [None] * len(problems)
     if not runs.problem:
