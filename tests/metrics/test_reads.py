@@ -172,3 +172,16 @@ def _model(name: str = "m") -> Any:
     from adapter.domain.ids import ModelKey
 
     return ModelKey("ns", name)
+
+
+def test_the_fields_of_each_query_are_those_the_assembly_fills() -> None:
+    """`FIELDS` (what `reading` asks for) against the assembly's own maps from a query to the field it fills
+    (adapter/metrics/answers.py): a per-pod or per-model query fills its one field, both histograms the latency,
+    `cache_config_info` the KV geometry and, with the KV usage, the tokens in use."""
+    from adapter.metrics import answers
+
+    filled: dict[QueryName, set[str]] = {name: {field} for name, field in answers._POD_FIELD.items()}
+    filled |= {name: {field} for name, field in answers._MODEL_FIELD.items()}
+    filled |= {name: {"latency"} for name in answers._HISTOGRAM_FIELD}
+    filled[Q.CACHE_CONFIG_INFO] = {"num_gpu_blocks", "block_size", "tokens_in_use"}
+    assert {name: set(fields) for name, fields in FIELDS.items()} == filled

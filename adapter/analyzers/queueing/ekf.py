@@ -1000,8 +1000,9 @@ def _advance(
 
 
 def learn(previous: FilterState | None, load: VariantLoad, *, now_s: float) -> Outcome | None:
-    """One cycle of learning from a variant's busy pods: `advance` over one observation per pod."""
-    return advance(previous, environments(load), now_s=now_s)
+    """One cycle of learning from a variant's busy pods: `advance` over one observation per pod (`environments`);
+    `learn_many` of one variant, so one path reads the pods."""
+    return learn_many([(previous, load)], now_s=now_s)[0]
 
 
 def learn_many(jobs: Sequence[tuple[FilterState | None, VariantLoad]], *, now_s: float) -> list[Outcome | None]:
@@ -1015,7 +1016,8 @@ def learn_many(jobs: Sequence[tuple[FilterState | None, VariantLoad]], *, now_s:
 
 def environments(load: VariantLoad) -> list[Environment]:
     """One observation per busy pod (latencies in ms); invalid ones are dropped by the filter. Each value is
-    `usable(x)` written out (x when finite and > 0, else 0): five calls a pod of every learning variant a cycle."""
+    `usable(x)` written out (x when finite and > 0, else 0). The filter reads the same numbers as arrays
+    (`_observed`, equal to these bit for bit: tests/queueing/test_slo.py); this is their form as objects."""
     isfinite, batch = math.isfinite, load.max_batch
     return [
         Environment(
