@@ -473,26 +473,6 @@ async def test_query_returns_named_samples(fake: FakePrometheus, collector: Prom
     assert await collector.query("up") == [VectorSample({"job": "vllm"}, 1.0)]
 
 
-def test_gc_pause_is_reentrant_and_restores_the_previous_state() -> None:
-    import gc
-
-    from adapter.reconciler.gcpause import GcPause as _GcPause
-
-    assert gc.isenabled()
-    with _GcPause():
-        with _GcPause():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with _GcPause():
-            pass
-        assert not gc.isenabled()  # it was off before: left off
-    finally:
-        gc.enable()
-
-
 def test_assemble_partial_failure_marks_only_the_covered_models() -> None:
     llama_only = Query(QueryName.KV_CACHE_USAGE, "kv-a", frozenset({LLAMA}))
     qwen_only = Query(QueryName.QUEUE_LENGTH, "q-b", frozenset({QWEN}))
