@@ -42,7 +42,7 @@ BENCHMARKS: tuple[tuple[str, str, str, list[str]], ...] = (
     ),
     (
         "decide-scale",
-        "decide at 1,000 / 10,000 / 20,000 VAs, paired (sizes alternating in each round, one process)",
+        "decide at 1,000 / 10,000 / 20,000 VAs, paired (sizes alternating in each round; three processes pooled)",
         "tests.bench_decide_scale",
         [],
     ),
@@ -131,10 +131,11 @@ def summary(figures: dict[str, Any]) -> list[Row]:
         per_va = ", ".join(f"{int(n) // 1000}k {row['cpu_us_per_va']:.1f}" for n, row in sizes.items())
         paired = scale["pairs"].get("1000->10000")
         if paired is not None:
+            each = "/".join(f"{r:.2f}" for r in scale.get("pairs_by_process", {}).get("1000->10000", []))
             rows.append(
                 (
                     "  decide, 1k -> 10k VAs, paired (sizes alternating)",
-                    f"{paired:.2f}x CPU (us a VA: {per_va})",
+                    f"{paired:.2f}x CPU (us a VA: {per_va}" + (f"; each process {each}x)" if each else ")"),
                     "<= 10.5x (linear)",
                     paired / 10.5,
                 )

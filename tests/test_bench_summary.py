@@ -33,6 +33,12 @@ def test_paired_decide_row_is_the_median_pair_over_the_goal(pair: float, ratio_t
     assert "1k 80.0, 10k 85.0, 20k 85.0" in measured
 
 
+def test_paired_decide_row_shows_each_processs_own_ratio() -> None:
+    figures = {"decide-scale": {**SCALE, "pairs_by_process": {"1000->10000": [10.2, 10.71, 10.4]}}}
+    _what, measured, _goal, _ratio = _row(bench.summary(figures), "decide, 1k -> 10k VAs, paired")
+    assert measured.endswith("; each process 10.20/10.71/10.40x)")
+
+
 def test_linear_beyond_is_evidence_without_a_goal() -> None:
     _what, measured, goal, ratio = _row(bench.summary({"decide-scale": SCALE}), "decide, 10k -> 20k")
     assert (measured, goal, ratio) == ("2.03x CPU", "-", None)
