@@ -45,7 +45,8 @@ class GcPause:
     one out freezes what survived the work (`gc.freeze`), and every `RECLAIM_EVERY_S` collects the whole heap
     first (module docstring)."""
 
-    _lock = threading.Lock()
+    _lock = threading.RLock()
+    """Re-entrant: the full collection runs finalizers, and one may enter a pause in this thread."""
     _depth = 0
     _was_enabled = False
     _reclaimed_s = -math.inf

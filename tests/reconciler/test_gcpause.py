@@ -100,6 +100,28 @@ def test_cyclic_garbage_a_freeze_held_back_is_collected_when_a_full_collection_i
     assert GcPause._reclaimed_s == clock.now_s
 
 
+@pytest.mark.timeout(10)
+def test_a_finalizer_the_full_collection_runs_may_pause_too(clock: Clock) -> None:
+    """The full collection runs the finalizers of the garbage it frees, inside the last pause's end: one that
+    pauses (any code may) neither waits for itself nor leaves the collector off."""
+    paused: list[bool] = []
+
+    def pause() -> None:
+        with GcPause():
+            paused.append(not gc.isenabled())
+
+    with GcPause():
+        node = Node()
+        node.other = node
+        weakref.finalize(node, pause)
+        del node
+    clock.now_s += gcpause.RECLAIM_EVERY_S
+    with GcPause():
+        pass
+    assert paused == [True]
+    assert gc.isenabled()
+
+
 def test_a_collector_off_before_the_pause_is_left_off_and_nothing_is_frozen(clock: Clock) -> None:
     clock.now_s += gcpause.RECLAIM_EVERY_S  # a full collection would be due, if the collector were ours to run
     gc.disable()
