@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gzip
 import json
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,17 @@ def start_fake(n_vas: int) -> tuple[subprocess.Popen[bytes], str]:
             raise SystemExit(f"the fake Prometheus for {n_vas} VAs did not start")
         time.sleep(0.05)
     return proc, f"http://127.0.0.1:{port_file.read_text()}"
+
+
+@contextlib.contextmanager
+def fake_prometheus(n_vas: int) -> Iterator[str]:
+    """`start_fake` as a context: the fake Prometheus's URL inside, its process stopped after, whatever happens."""
+    proc, url = start_fake(n_vas)
+    try:
+        yield url
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 # ------------------------------------------------------------------------------------------ measurement

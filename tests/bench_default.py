@@ -128,16 +128,12 @@ def fleet_snapshot(n_vas: int) -> Any:
     Prometheus (a child process, stopped before returning) and collected in this thread."""
     from adapter.domain.snapshot import Snapshot
     from adapter.metrics.collector import PrometheusCollector
-    from tests.bench_collect import NOW_S, make_fleet, start_fake
+    from tests.bench_collect import NOW_S, fake_prometheus, make_fleet
     from tests.profile_cycle import collect_serially
 
     fleet = make_fleet(n_vas)
-    proc, url = start_fake(n_vas)
-    try:
+    with fake_prometheus(n_vas) as url:
         collection = collect_serially(PrometheusCollector(url, timeout_s=120), fleet)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
     return Snapshot(NOW_S, fleet.views, collection.pods, collection.models)
 
 

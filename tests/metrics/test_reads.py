@@ -23,7 +23,7 @@ from adapter.domain.snapshot import Snapshot
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import FIELDS, QueryName, build_queries, reading
 from adapter.reconciler.loop import decide_cycle
-from tests.bench_collect import NOW_S, Fleet, make_fleet, start_fake
+from tests.bench_collect import NOW_S, Fleet, fake_prometheus, make_fleet
 from tests.bench_default import configs
 from tests.bench_sim import shipped_configmaps
 from tests.core.builders import RECOMMENDED_SATURATION, configset
@@ -73,12 +73,8 @@ CASES: dict[str, tuple[Callable[[], EngineConfig], set[QueryName]]] = {
 
 @pytest.fixture(scope="module")
 def prometheus() -> Iterator[str]:
-    proc, url = start_fake(VAS)
-    try:
+    with fake_prometheus(VAS) as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 def _collect(url: str, models: list[ModelQuery], fleet: Fleet) -> Collection:

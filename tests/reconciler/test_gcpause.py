@@ -19,7 +19,7 @@ from adapter.metrics.collector import PrometheusCollector
 from adapter.reconciler import gcpause
 from adapter.reconciler.gcpause import GcPause
 from adapter.reconciler.loop import decide_cycle
-from tests.bench_collect import NOW_S, make_fleet, start_fake
+from tests.bench_collect import NOW_S, fake_prometheus, make_fleet
 from tests.metrics.test_reads import CASES, VAS
 
 
@@ -139,12 +139,8 @@ def test_a_collector_off_before_the_pause_is_left_off_and_nothing_is_frozen(cloc
 
 @pytest.fixture(scope="module")
 def prometheus() -> Iterator[str]:
-    proc, url = start_fake(VAS)
-    try:
+    with fake_prometheus(VAS) as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.parametrize("name", list(CASES))
