@@ -12,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from adapter.analyzers.predictive import forecast as forecast_module
+from adapter.analyzers.predictive.floats import Floats
 from adapter.analyzers.predictive.forecast import (
     DAMPING,
     ForecastConfig,
@@ -174,7 +175,7 @@ def test_repeated_observations_in_one_step_keep_the_last(values: list[float]) ->
 def test_gaps_hold_the_last_value_and_history_is_bounded() -> None:
     cfg = ForecastConfig(step_s=30.0, max_points=20)
     f = Forecaster(cfg).observe(0.0, 5.0).observe(90.0, 7.0)
-    assert f.values == (5.0, 5.0, 5.0, 7.0)
+    assert f.values == Floats.of((5.0, 5.0, 5.0, 7.0))
     for i in range(4, 40):
         f = f.observe(i * 30.0, float(i))
     assert len(f.values) == 20
@@ -292,7 +293,7 @@ def test_json_carried_from_cycle_to_cycle_is_the_json_rounded_afresh(
         if k == restored_at:
             f = Forecaster.from_json(f.to_json(), config)
             assert f.to_json() == _rounded_afresh(f)
-    replaced = dataclasses.replace(f, values=tuple(v + 0.123456789 for v in f.values))
+    replaced = dataclasses.replace(f, values=Floats.of(v + 0.123456789 for v in f.values))
     assert replaced.to_json() == _rounded_afresh(replaced)
     assert replaced.observe(now_s + 30.0, 1.0).to_json() == _rounded_afresh(replaced.observe(now_s + 30.0, 1.0))
 
@@ -310,7 +311,7 @@ def test_a_level_below_zero_is_persisted_and_restored() -> None:
 
 def test_json_of_another_step_restarts_the_history() -> None:
     f = fed([1.0, 2.0, 3.0])
-    assert Forecaster.from_json(f.to_json(), ForecastConfig(step_s=15.0)).values == ()
+    assert Forecaster.from_json(f.to_json(), ForecastConfig(step_s=15.0)).values == Floats()
 
 
 @pytest.mark.parametrize(

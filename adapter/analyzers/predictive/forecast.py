@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from adapter.analyzers.predictive.floats import Floats
 from adapter.domain.frozen import fast_init, replace
 
 LEVEL_GAIN = 0.5
@@ -197,11 +198,11 @@ def _short(value: float, digits: int) -> float:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class _Persisted:
-    """A forecaster's `values` and `errors` as `to_json` writes them, and the very tuples they were rounded from
+    """A forecaster's `values` and `errors` as `to_json` writes them, and the very runs they were rounded from
     (`of` trusts them only for those: compared by identity, so a forecaster made any other way rounds afresh)."""
 
-    values_from: tuple[float, ...]
-    values: tuple[float, ...]
+    values_from: Floats
+    values: Floats
     errors_from: tuple[float, ...]
     errors: tuple[float, ...]
 
@@ -212,7 +213,7 @@ class _Persisted:
             return known
         return cls(
             forecaster.values,
-            tuple(_short(v, 5) for v in forecaster.values),
+            Floats.of(_short(v, 5) for v in forecaster.values),
             forecaster.errors,
             tuple(_short(e, 5) for e in forecaster.errors),
         )
@@ -226,7 +227,8 @@ class Forecaster:
     config: ForecastConfig = field(default_factory=ForecastConfig)
     start_s: float | None = None
     """Time of values[0] (grid origin); None before the first observation."""
-    values: tuple[float, ...] = ()
+    values: Floats = field(default_factory=Floats)
+    """The history, packed (`Floats`: 8 bytes a value, not a float object each)."""
     level: float = 0.0
     slope: float = 0.0
     """Per step."""
@@ -290,18 +292,18 @@ class Forecaster:
             return self
         cfg = self.config
         if self.start_s is None or not self.values:
-            return replace(self, start_s=now_s, values=(rate_rps,), level=rate_rps, slope=0.0, variance=0.0)
+            return replace(self, start_s=now_s, values=Floats.of((rate_rps,)), level=rate_rps, slope=0.0, variance=0.0)
         last_s = self.last_s
         assert last_s is not None
         steps = math.floor((now_s - last_s) / cfg.step_s + 0.5)
         if steps < 0:
             return self  # an observation from the past (clock skew across a fail-over): ignored
-        # Tuples sliced and joined once: a history is `max_points` floats in objects all over the heap, and every
-        # copy touches each of them (at 480 values, five copies a cycle took ~60 µs a model in a 1,000-VA decide)
+        # Runs sliced and joined once (each a copy of up to `max_points` doubles)
         held, state, added_errors = self.values, (self.level, self.slope, self.variance), []
         known = _Persisted.of(self)  # the same steps, as persisted
         if steps == 0:  # same step: the newer reading wins
-            values, short_values = (*held[:-1], rate_rps), (*known.values[:-1], _short(rate_rps, 5))
+            values = held[:-1] + Floats.of((rate_rps,))
+            short_values = known.values[:-1] + Floats.of((_short(rate_rps, 5),))
         else:
             last = held[-1]
             state = _rebased(state, held)
@@ -311,8 +313,8 @@ class Forecaster:
             for _ in range(steps - 1):  # skipped steps: the last value held
                 added_errors.append(_error(state, last))
                 state = _holt(state, last)
-            values = held + (last,) * (steps - 1) + (rate_rps,)
-            short_values = known.values + (known.values[-1],) * (steps - 1) + (_short(rate_rps, 5),)
+            values = held + Floats.of((*(last,) * (steps - 1), rate_rps))
+            short_values = known.values + Floats.of((*(known.values[-1],) * (steps - 1), _short(rate_rps, 5)))
         start_s = self.start_s
         if len(values) > cfg.max_points:
             drop = len(values) - cfg.max_points
@@ -363,7 +365,7 @@ class Forecaster:
         if seen is not None:  # a rise seen before: extrapolated fast, but not past where it went
             trend = min(trend, max(current, seen))
         peak = max(trend, seasonal or 0.0, current)
-        highest = max(self.values)  # not max(*self.values, 1e-09): no 480-item argument tuple
+        highest = self.values.max()
         cap = cfg.cap_ratio * max(highest, 1e-09)
         peak = min(max(peak, 0.0), cap)
         return Forecast(
@@ -423,17 +425,18 @@ class Forecaster:
             cycles = []
             for cycle in range(1, SEASONAL_CYCLES + 1):
                 low = n - 2 + first - cycle * period  # the first step's window starts here
-                seen = values[low : low + horizon - first + 3]
+                seen = values[low : low + horizon - first + 3].tolist()
                 cycles.append(map(max, seen, seen[1:], seen[2:]))
             return [sum(samples) / SEASONAL_CYCLES for samples in zip(*cycles, strict=True)]
         means: list[float | None] = []
+        values_list = values.tolist()  # many windows of 1–3 values: sliced from a list, not from the packed run
         for k in range(first, horizon + 1):
             samples = []
             for cycle in range(1, SEASONAL_CYCLES + 1):
                 centre = n - 1 + k - cycle * period
                 low, high = max(centre - 1, 0), min(centre + 2, n)  # the steps around it that exist
                 if low < high:
-                    samples.append(max(values[low:high]))
+                    samples.append(max(values_list[low:high]))
             means.append(sum(samples) / len(samples) if samples else None)
         return means
 
@@ -444,7 +447,7 @@ class Forecaster:
         return {
             "startS": self.start_s,
             "stepS": self.config.step_s,
-            "values": list(persisted.values),
+            "values": persisted.values.tolist(),
             "level": _short(self.level, 6),
             "slope": _short(self.slope, 6),
             "variance": _short(self.variance, 6),
@@ -480,7 +483,7 @@ class Forecaster:
         return cls(
             config,
             start_s=start if values else None,
-            values=tuple(float(v) for v in values),
+            values=Floats.of(values),
             level=_number(data, "level", signed=True),  # Holt's level dips below 0 as a rate falls to 0
             slope=_number(data, "slope", signed=True),
             variance=_number(data, "variance"),
@@ -504,7 +507,7 @@ def with_periods(forecasters: Sequence[Forecaster]) -> list[Forecaster]:
     return out
 
 
-def _rise_from(values: Sequence[float], present: float, steps: int) -> float:
+def _rise_from(values: Floats, present: float, steps: int) -> float:
     """`Forecaster.recurring_rise` from the rate `present` over `values`, a lead of `steps` (its docstring)."""
     n = len(values)
     if n <= steps + RISE_MIN_OCCASIONS:
@@ -512,9 +515,9 @@ def _rise_from(values: Sequence[float], present: float, steps: int) -> float:
     band = RISE_BAND * max(present, 1.0)
     # No occasion near the present can rise by the material amount when even the history's peak is too low: most
     # cycles of a steady load end here, before any array is built.
-    if max(values) - (present - band) < max(RISE_MATERIAL * present, 1e-12):
+    if values.max() - (present - band) < max(RISE_MATERIAL * present, 1e-12):
         return 0.0
-    y = np.fromiter(values, dtype=np.float64, count=n)
+    y = values.array
     m = n - steps  # occasions with a full lead after them
     ahead = y[1 : m + 1].copy()
     for k in range(2, steps + 1):  # the running max over the lead: `steps` vector maxima, no window copies
@@ -601,7 +604,7 @@ def robust_sigma(errors: tuple[float, ...], variance: float) -> float:
     return 1.4826 * median
 
 
-def detect_period(values: np.ndarray | Sequence[float], config: ForecastConfig) -> int | None:
+def detect_period(values: np.ndarray | Floats | Sequence[float], config: ForecastConfig) -> int | None:
     """The period of `values` in steps, or None (module docstring: the best local maximum of the lagged
     Pearson correlation, over ≥ `min_overlap` steps and ≥ 1.5 periods of history, at ≥ `min_correlation`).
 
@@ -611,7 +614,9 @@ def detect_period(values: np.ndarray | Sequence[float], config: ForecastConfig) 
     return detect_periods([values], config)[0]
 
 
-def detect_periods(histories: Sequence[np.ndarray | Sequence[float]], config: ForecastConfig) -> list[int | None]:
+def detect_periods(
+    histories: Sequence[np.ndarray | Floats | Sequence[float]], config: ForecastConfig
+) -> list[int | None]:
     """`detect_period` of every history, in order. The histories of one length are searched as the rows of one
     array, so that each of the search's ~25 array calls serves every model due for a search this cycle: one by
     one, the ~67 searches of a 1,000-VA cycle (full histories, one model in five searched a cycle) took ~35 ms,
@@ -628,10 +633,17 @@ def detect_periods(histories: Sequence[np.ndarray | Sequence[float]], config: Fo
     for n, indices in by_length.items():
         if n < 2 * config.min_overlap + 1:
             continue
-        raw = np.array([histories[i] for i in indices], dtype=np.float64).reshape(len(indices), n)
+        rows = [_row(histories[i]) for i in indices]
+        raw = np.array(rows, dtype=np.float64).reshape(len(indices), n)
         for index, period in zip(indices, _periods(raw, config), strict=True):
             periods[index] = period
     return periods
+
+
+def _row(values: np.ndarray | Floats | Sequence[float]) -> np.ndarray | Sequence[float]:
+    """A history as `detect_periods` stacks it: a packed run as the array over its bytes (a copy of 480 objects
+    otherwise, once per value)."""
+    return values.array if isinstance(values, Floats) else values
 
 
 def _periods(raw: np.ndarray, config: ForecastConfig) -> list[int | None]:
