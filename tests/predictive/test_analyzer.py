@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapter.analyzers.memory import StateFormatError
 from adapter.analyzers.predictive import analyzer as predictive
-from adapter.analyzers.predictive.analyzer import LEARNED_SECTION, ModelState
+from adapter.analyzers.predictive.analyzer import CHECKPOINT_INTERVAL_S, LEARNED_SECTION, ModelState
 from adapter.analyzers.predictive.forecast import ForecastConfig
 from adapter.config.configmaps import QUEUEING_CM
 from adapter.config.engine import EngineConfig
@@ -430,22 +431,89 @@ def test_without_request_sizes_there_is_no_signal_and_a_reason() -> None:
 
 
 def test_a_restart_resumes_the_forecast_and_the_headroom_from_va_status() -> None:
+    """From the last checkpoint (`CHECKPOINT_INTERVAL_S`): the history continues over the steps it missed."""
     fleet = one_variant_fleet()
     fleet.latency = short_latency()
-    play(fleet, bursts(50))
+    play(fleet, bursts(70))
     before = fleet.state
     status = fleet.statuses[VariantKey(NS, "a100")]
     assert LEARNED_SECTION in status.learned
     persisted = ModelState.from_json(status.learned[LEARNED_SECTION], ForecastConfig())
+    assert 0 <= T0 + STEP_S * 69 - persisted.saved_s < CHECKPOINT_INTERVAL_S  # the last checkpoint, at most one old
+    assert len(persisted.forecaster.values) == round((persisted.saved_s - T0) / STEP_S) + 1
     assert persisted.forecaster.period_steps == 30
-    assert len(persisted.forecaster.values) == 50
     fleet.restart()
     assert fleet.state != before
-    fleet.cycle(T0 + STEP_S * 50, busy_pods("a100", fleet.replicas["a100"], 4.0))
+    fleet.cycle(T0 + STEP_S * 70, busy_pods("a100", fleet.replicas["a100"], 4.0))
     resumed = fleet.state.memory(predictive.ANALYZER).models[MODEL]
-    assert len(resumed.forecaster.values) == 51  # continued, not started afresh
+    assert len(resumed.forecaster.values) == 71  # continued over the steps since the checkpoint, not started afresh
     assert resumed.forecaster.period_steps == 30
     assert resumed.controller.headroom == pytest.approx(persisted.controller.headroom, rel=0.3)
+
+
+def _checkpoint_cycles(fleet: PredictiveFleet, cycles: int) -> list[int]:
+    """The cycles (0, 1, …) whose result writes the model's `learned.predictive` section."""
+    written = []
+    for i in range(cycles):
+        fleet.cycle(T0 + STEP_S * i, busy_pods("a100", fleet.replicas["a100"], 4.0))
+        assert fleet.last is not None
+        if LEARNED_SECTION in fleet.last.learned.get(VariantKey(NS, "a100"), {}):
+            written.append(i)
+    return written
+
+
+def test_the_state_is_written_at_the_first_analysis_then_once_an_interval_at_the_models_phase() -> None:
+    """`CHECKPOINT_INTERVAL_S`: the first checkpoint at once, the next `interval − phase` later, then one an
+    interval; the VA's status keeps the last one in between."""
+    fleet = one_variant_fleet()
+    steps = round(CHECKPOINT_INTERVAL_S / STEP_S)
+    phase_s = predictive._checkpoint_phase_s(MODEL)
+    first_next = math.ceil((CHECKPOINT_INTERVAL_S - phase_s) / STEP_S)
+    written = _checkpoint_cycles(fleet, 3 * steps + first_next + 1)
+    assert written == [0, first_next, first_next + steps, first_next + 2 * steps, first_next + 3 * steps]
+    status = fleet.statuses[VariantKey(NS, "a100")]
+    persisted = ModelState.from_json(status.learned[LEARNED_SECTION], ForecastConfig())
+    assert persisted.saved_s == T0 + STEP_S * written[-1]
+
+
+def test_a_new_leader_writes_its_first_checkpoint_at_once() -> None:
+    fleet = one_variant_fleet()
+    _checkpoint_cycles(fleet, 3)
+    fleet.restart()
+    fleet.cycle(T0 + STEP_S * 3, busy_pods("a100", fleet.replicas["a100"], 4.0))
+    assert fleet.last is not None
+    assert LEARNED_SECTION in fleet.last.learned[VariantKey(NS, "a100")]
+
+
+def test_models_seen_at_once_checkpoint_in_different_cycles() -> None:
+    """The phases of 200 models spread over the interval (a CRC-32 of each name): every tenth of it holds some, so a
+    fleet's status writes do not all fall in one cycle."""
+    phases = [predictive._checkpoint_phase_s(ModelKey("llm", f"model-{i}")) for i in range(200)]
+    assert all(0.0 <= p < CHECKPOINT_INTERVAL_S for p in phases)
+    assert {int(10 * p / CHECKPOINT_INTERVAL_S) for p in phases} == set(range(10))
+
+
+@pytest.mark.parametrize(
+    ("checkpointed", "problem"),
+    [
+        pytest.param("soon", "checkpointedS", id="text"),
+        pytest.param(True, "checkpointedS", id="bool"),
+        pytest.param(math.inf, "checkpointedS", id="infinite"),
+    ],
+)
+def test_the_memory_json_refuses_a_checkpoint_time_that_is_not_a_number(checkpointed: object, problem: str) -> None:
+    keeper = predictive.ANALYZER.memory
+    fleet = one_variant_fleet()
+    _checkpoint_cycles(fleet, 2)
+    memory = fleet.state.memory(predictive.ANALYZER)
+    doc = keeper.to_json(memory)
+    checkpointed_s = memory.models[MODEL].checkpointed_s
+    assert checkpointed_s is not None
+    assert keeper.from_json(doc, "state").models[MODEL].checkpointed_s == checkpointed_s  # round-trips
+    (entry,) = doc["models"].values()
+    entry["checkpointedS"] = checkpointed
+    with pytest.raises(StateFormatError, match=problem):
+        keeper.from_json(doc, "state")
 
 
 def test_an_unreadable_persisted_state_is_noted_and_learning_starts_afresh() -> None:

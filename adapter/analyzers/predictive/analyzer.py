@@ -66,6 +66,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import zlib
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -106,6 +107,17 @@ largest, below the true p90 three times in four, and borrowing it cost 2–4.5 p
 ENGINE_STEP_S = 30.0
 UNSEEN_STEPS = 2.0
 """More than this many engine steps since the model's last analysis: the cycles between were unseen (`_unseen`)."""
+CHECKPOINT_INTERVAL_S = 300.0
+"""How often a model's state (`learned.predictive`, and each learning variant's `learned.queueingModel`) is written to
+its VAs' status: at its first analysis, then every `CHECKPOINT_INTERVAL_S` (each model at its own phase within the
+interval, `_checkpoint_phase_s`, so that the writes of a fleet spread over the interval's cycles). The state lives in
+memory in between; the status copy is for a new leader (`_restore`), as the VPA's checkpoints are.
+
+Why not every cycle: the forecast history is up to 480 values a model, so a status that carries it changes every
+cycle, and every VA's status was rewritten every cycle — at 10,000 VAs, 10,000 PATCHes of ~5 KB every 30 s for the
+API server and etcd to store, and 1.6 M floats made a cycle to render the histories (docs/benchmarks/scale.md, item
+35). What a fail-over loses: up to one interval of the history (the restored forecaster holds its last value over
+the steps it did not see, as over any gap) and of the filters' and the controller's updates."""
 UNREPORTED_NOTE = "no pod reported an arrival rate this cycle: arrivals unknown, not 0; the forecast keeps its history"
 """The analysis note of a cycle whose arrivals are unknown (`_arrivals_reported`), shown by `explain`."""
 
@@ -123,6 +135,9 @@ class ModelState:
     """Ready replicas per variant last cycle (did capacity change?)."""
     startup_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     saved_s: float = 0.0
+    checkpointed_s: float | None = None
+    """When this state was last written to its VAs' status (as that write's phase counts, `_checkpointed`); None: not
+    yet by this leader. Not part of the status copy (`to_json`): a new leader writes its first checkpoint at once."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -238,7 +253,11 @@ class MemoryKeeper:
     def to_json(self, memory: PredictiveMemory) -> dict[str, Any]:
         return {
             "models": {
-                _model_text(m): {**state.to_json(), "variants": sorted(memory.variants.get(m, ()))}
+                _model_text(m): {
+                    **state.to_json(),
+                    "variants": sorted(memory.variants.get(m, ())),
+                    "checkpointedS": state.checkpointed_s,
+                }
                 for m, state in sorted(memory.models.items())
             },
             "filters": {str(k): f.to_json() for k, f in sorted(memory.filters.items())},
@@ -257,10 +276,17 @@ class MemoryKeeper:
             names = entry.get("variants")
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise state_json.StateFormatError(f"{where}.variants", "must be a list of VA names")
+            checkpointed = entry.get("checkpointedS")
+            if checkpointed is not None and not _finite(checkpointed):
+                raise state_json.StateFormatError(f"{where}.checkpointedS", "must be a finite number or null")
             try:
-                state = ModelState.from_json({k: v for k, v in entry.items() if k != "variants"}, ForecastConfig())
+                state = ModelState.from_json(
+                    {k: v for k, v in entry.items() if k not in ("variants", "checkpointedS")}, ForecastConfig()
+                )
             except ValueError as exc:
                 raise state_json.StateFormatError(where, str(exc)[:160]) from None
+            if checkpointed is not None:
+                state = replace(state, checkpointed_s=float(checkpointed))
             models[ModelKey(namespace, model_id)] = state
             variants[ModelKey(namespace, model_id)] = frozenset(names)
         filters: dict[VariantKey, ekf.FilterState] = {}
@@ -312,19 +338,12 @@ class Predictive:
         cycle = _measure(model, config, prepared, now_s)
         notes = [*prepared.restore_notes, *cycle.notes]
         names = frozenset(v.key.name for v in model.views)
+        state, persist = _checkpointed(model, cycle, now_s)
         update = PredictiveMemory(
-            {model.model: cycle.state},
+            {model.model: state},
             {VariantKey(model.model.namespace, n): f for n, f in cycle.filters.items()},
             {model.model: names},
         )
-        shared = cycle.state.to_json()
-        persist = {
-            v.key.name: {
-                LEARNED_SECTION: shared,
-                **({FILTER_SECTION: cycle.filters[v.key.name].to_json()} if v.key.name in cycle.filters else {}),
-            }
-            for v in model.views
-        }
         if cycle.signal is None:
             return Analysis.unmeasured(
                 cycle.reason, figures=cycle.figures, notes=tuple(notes), memory=update, learned=persist
@@ -1067,6 +1086,37 @@ def _window_s(traffic: ModelTraffic | None) -> float:
 
 def _finite(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _checkpointed(model: ModelInput, cycle: _Cycle, now_s: float) -> tuple[ModelState, dict[str, dict[str, Any]]]:
+    """The model's state for memory, and the `status.learned` sections to write this cycle: every VA's copy of the
+    state and each learning variant's filter when a checkpoint is due (`CHECKPOINT_INTERVAL_S`), else none (the VAs'
+    status keeps the last checkpoint).
+
+    Due at the model's first analysis by this leader, then whenever `CHECKPOINT_INTERVAL_S` has passed since the
+    last. The first is counted as written `_checkpoint_phase_s` earlier than it was, so that a fleet seen at once
+    checkpoints spread over the interval, not all in one cycle. Example: interval 300 s, a model whose phase is
+    120 s, first analysed at t = 1,000 ⇒ written at 1,000 (counted 880), then at 1,180, 1,480, …"""
+    state = cycle.state
+    last = state.checkpointed_s
+    if last is not None and now_s - last < CHECKPOINT_INTERVAL_S:
+        return state, {}
+    shared = state.to_json()
+    persist = {
+        v.key.name: {
+            LEARNED_SECTION: shared,
+            **({FILTER_SECTION: cycle.filters[v.key.name].to_json()} if v.key.name in cycle.filters else {}),
+        }
+        for v in model.views
+    }
+    counted_s = now_s - _checkpoint_phase_s(model.model) if last is None else now_s
+    return replace(state, checkpointed_s=counted_s), persist
+
+
+def _checkpoint_phase_s(model: ModelKey) -> float:
+    """Where in the checkpoint interval the model's checkpoints fall: a fixed fraction of `CHECKPOINT_INTERVAL_S`
+    from a CRC-32 of its name (the same in every process and every leader, unlike `hash`)."""
+    return CHECKPOINT_INTERVAL_S * (zlib.crc32(_model_text(model).encode()) / 2**32)
 
 
 def _model_text(model: ModelKey) -> str:
