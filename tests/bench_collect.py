@@ -332,7 +332,15 @@ read, or what the engine configuration's decisions read (`config`: each model's 
 `engine.reads`, as `serve` asks)."""
 
 
-async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int, config: str = "default") -> dict[str, Any]:
+HISTORIES = ("first", "full")
+"""The forecasters' histories the measured cycles start from: as the first cycles leave them, or `full`
+(`bench_default.full_histories`: `max_points` steps each, the steady state of a `serve` that has run for hours),
+put in after the warm-up cycle."""
+
+
+async def measure(
+    n_vas: int, runs: int, *, metrics: str, cycles: int, config: str = "default", histories: str = "first"
+) -> dict[str, Any]:
     proc, url = start_fake(n_vas)
     try:
         fleet = make_fleet(n_vas)
@@ -346,6 +354,10 @@ async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int, config: s
             _, _, collection, n_decisions = await loop.cycle()  # warm-up
             if not collection.available or collection.errors:
                 raise SystemExit(f"collection failed: {collection.errors[:2]}")
+            if histories == "full":
+                from tests.bench_default import full_histories
+
+                loop.state = full_histories(loop.state, NOW_S)
             facts = {"pods_collected": len(collection.pods), "dropped": dict(collection.dropped_samples)}
             del collection  # a cycle's collection is garbage once decided: keeping it would count twice
             samples = [(await loop.cycle())[:2] for _ in range(runs)]
@@ -365,6 +377,7 @@ async def measure(n_vas: int, runs: int, *, metrics: str, cycles: int, config: s
         "vas": n_vas,
         "metrics": metrics,
         "config": config,
+        "histories": histories,
         "models": len(fleet.models),
         "pods": len(fleet.pods),
         "decisions": n_decisions,
@@ -416,6 +429,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--config", choices=("default", "shipped"), default="default", help="engine ConfigMaps (see engine_config)"
     )
     parser.add_argument(
+        "--histories", choices=HISTORIES, default="first", help="forecast histories to start from (see HISTORIES)"
+    )
+    parser.add_argument(
         "--cycles", type=int, default=0, help="go on to this many cycles and report the RSS growth (steady state)"
     )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
@@ -428,7 +444,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.child is not None:
         if (why := tune_malloc()) is not None:  # as `wva-adapter serve` runs (adapter/app/memory.py)
             print(f"bench_collect: allocator left as it is: {why}", file=sys.stderr)
-        row = asyncio.run(measure(args.child, args.runs, metrics=args.metrics, cycles=args.cycles, config=args.config))
+        row = asyncio.run(
+            measure(
+                args.child,
+                args.runs,
+                metrics=args.metrics,
+                cycles=args.cycles,
+                config=args.config,
+                histories=args.histories,
+            )
+        )
         benchchild.report(row)
         return row
     rows = []
@@ -437,7 +462,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             row = benchchild.run(
                 "tests.bench_collect",
                 *(str(n_vas), "--runs", str(args.runs), "--metrics", metrics),
-                *("--cycles", str(args.cycles), "--config", args.config),
+                *("--cycles", str(args.cycles), "--config", args.config, "--histories", args.histories),
             )
             rows.append(row)
             print(

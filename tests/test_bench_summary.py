@@ -201,6 +201,38 @@ def test_the_shipped_default_is_held_to_the_collect_of_what_it_reads_when_measur
     assert goal == "10,000 VAs in the 3-s cycle: <= 150 us a VA"
 
 
+@pytest.mark.parametrize(
+    ("total_s", "peak_rss_mb", "ratio"),
+    [
+        pytest.param(2.4, 450.0, 0.9, id="both-within-time-the-larger"),
+        pytest.param(2.4, 600.0, 1.2, id="memory-over"),
+        pytest.param(3.3, 450.0, 1.1, id="time-over"),
+    ],
+)
+def test_the_shipped_default_with_full_histories_is_held_to_both_time_and_memory(
+    total_s: float, peak_rss_mb: float, ratio: float
+) -> None:
+    """`cycle-shipped-full`: the steady state of the shipped default, one row against < 3 s and < 500 MB, its ratio
+    the worse of the two."""
+    steady = {
+        "vas": 10000,
+        "metrics": "config",
+        "config": "shipped",
+        "histories": "full",
+        "median_s": {"collect": 1.0, "decide": total_s - 1.0, "total": total_s},
+        "median_cpu_s": {"total": total_s, "decide": total_s - 1.0, "collect": 1.0},
+        "peak_rss_mb": peak_rss_mb,
+        "rss_growth_mb": 3.0,
+        "runs": 3,
+        "cycles": 8,
+    }
+    rows = bench.summary({"default": DEFAULT, "cycle-shipped-full": {"rows": [steady]}})
+    _what, measured, goal, got = _row(rows, "cycle with the shipped default (learning), 10,000 VAs, full forecast")
+    assert goal == "< 3 s, < 500 MB"
+    assert got == pytest.approx(ratio)
+    assert measured.endswith(f"peak RSS {peak_rss_mb:.0f} MB, growth +3 MB over 8 cycles")
+
+
 def test_the_learning_default_is_also_held_to_its_mean_with_the_re_fits() -> None:
     """The mean of the cycles after the first, re-fits included, per VA, against the same budget (90 us without a
     cycle run): 2.4 s over 1,000 VAs = 2,400 us a VA, 26.7x."""
