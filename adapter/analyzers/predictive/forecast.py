@@ -190,35 +190,6 @@ class Forecast:
         }
 
 
-def _short(value: float, digits: int) -> float:
-    """`value` as persisted: rounded to `digits` significant digits (the nearest double to that decimal)."""
-    return float(f"{value:.{digits}g}")
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class _Persisted:
-    """A forecaster's `values` and `errors` as `to_json` writes them, and the very runs they were rounded from
-    (`of` trusts them only for those: compared by identity, so a forecaster made any other way rounds afresh)."""
-
-    values_from: Floats
-    values: Floats
-    errors_from: tuple[float, ...]
-    errors: tuple[float, ...]
-
-    @classmethod
-    def of(cls, forecaster: Forecaster) -> _Persisted:
-        known = forecaster.persisted
-        if known is not None and known.values_from is forecaster.values and known.errors_from is forecaster.errors:
-            return known
-        return cls(
-            forecaster.values,
-            Floats.of(_short(v, 5) for v in forecaster.values),
-            forecaster.errors,
-            tuple(_short(e, 5) for e in forecaster.errors),
-        )
-
-
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Forecaster:
@@ -238,10 +209,6 @@ class Forecaster:
     """The last `ERROR_WINDOW` one-step errors (their median absolute value is the robust σ)."""
     period_steps: int | None = None
     since_detect: int = 0
-    persisted: _Persisted | None = field(default=None, compare=False, repr=False)
-    """`values` and `errors` as `to_json` writes them, carried from one `observe` to the next so that a value is
-    rounded once, when it comes, not every cycle: at `max_points` values that took ~180 µs a model a cycle, a
-    third of the shipped default's decide once the histories are full (docs/benchmarks/scale.md, item 12)."""
 
     @property
     def last_s(self) -> float | None:
@@ -300,10 +267,8 @@ class Forecaster:
             return self  # an observation from the past (clock skew across a fail-over): ignored
         # Runs sliced and joined once (each a copy of up to `max_points` doubles)
         held, state, added_errors = self.values, (self.level, self.slope, self.variance), []
-        known = _Persisted.of(self)  # the same steps, as persisted
         if steps == 0:  # same step: the newer reading wins
             values = held[:-1] + Floats.of((rate_rps,))
-            short_values = known.values[:-1] + Floats.of((_short(rate_rps, 5),))
         else:
             last = held[-1]
             state = _rebased(state, held)
@@ -314,14 +279,12 @@ class Forecaster:
                 added_errors.append(_error(state, last))
                 state = _holt(state, last)
             values = held + Floats.of((*(last,) * (steps - 1), rate_rps))
-            short_values = known.values + Floats.of((*(known.values[-1],) * (steps - 1), _short(rate_rps, 5)))
         start_s = self.start_s
         if len(values) > cfg.max_points:
             drop = len(values) - cfg.max_points
-            values, short_values = values[drop:], short_values[drop:]
+            values = values[drop:]
             start_s += drop * cfg.step_s
         errors = (self.errors + tuple(added_errors))[-ERROR_WINDOW:]
-        short_errors = (known.errors + tuple(_short(e, 5) for e in added_errors))[-ERROR_WINDOW:]
         level, slope, variance = state
         return replace(
             self,
@@ -332,7 +295,6 @@ class Forecaster:
             variance=variance,
             errors=errors,
             since_detect=self.since_detect + steps,
-            persisted=_Persisted(values, short_values, errors, short_errors),
         )
 
     @staticmethod
@@ -443,15 +405,20 @@ class Forecaster:
     # ------------------------------------------------------------------------------------ persistence
 
     def to_json(self) -> dict[str, Any]:
-        persisted = _Persisted.of(self)
+        """The forecaster as a checkpoint writes it, every number exact (JSON's shortest repr of each double), so
+        that `from_json` restores it as it was but for `since_detect`: a new leader forecasts as the old one would
+        have. Written at checkpoints only (analyzer.py `CHECKPOINT_INTERVAL_S`), so a history's ~9 KB of JSON is
+        rendered once every 5 minutes a model; rounded to 5 digits (~4 KB) it needed a rounded copy of every
+        history carried from cycle to cycle while it was written every cycle (docs/benchmarks/scale.md, items 12
+        and 35)."""
         return {
             "startS": self.start_s,
             "stepS": self.config.step_s,
-            "values": persisted.values.tolist(),
-            "level": _short(self.level, 6),
-            "slope": _short(self.slope, 6),
-            "variance": _short(self.variance, 6),
-            "errors": list(persisted.errors),
+            "values": self.values.tolist(),
+            "level": self.level,
+            "slope": self.slope,
+            "variance": self.variance,
+            "errors": list(self.errors),
             "periodSteps": self.period_steps,
         }
 
