@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -484,6 +485,19 @@ def test_period_searches_together_find_what_each_finds_alone(seed: int, lengths:
     together = forecast_module.detect_periods(histories, CFG)
     assert together == [detect_period(np.asarray(h), CFG) for h in histories]
     assert together == [forecast_module.detect_periods([h], CFG)[0] for h in reversed(histories)][::-1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.integers(1, 14))
+def test_period_searches_in_arrays_of_a_few_rows_find_what_one_array_finds(seed: int, rows: int, count: int) -> None:
+    """`PERIOD_ROWS` bounds an array's rows; where the histories are cut into arrays changes no period (packed
+    histories, as the forecasters hold them)."""
+    rng = np.random.default_rng(seed)
+    histories = [Floats.of(_series(rng, 120, i % 4).tolist()) for i in range(count)]
+    whole = forecast_module.detect_periods(histories, CFG)
+    with mock.patch.object(forecast_module, "PERIOD_ROWS", rows):
+        assert forecast_module.detect_periods(histories, CFG) == whole
+    assert whole == [detect_period(h.array, CFG) for h in histories]
 
 
 @settings(max_examples=40, deadline=None)

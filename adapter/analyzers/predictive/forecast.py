@@ -571,6 +571,14 @@ def robust_sigma(errors: tuple[float, ...], variance: float) -> float:
     return 1.4826 * median
 
 
+PERIOD_ROWS = 128
+"""The histories one array of `detect_periods` holds at most. Its ~25 array calls each serve this many searches
+(enough that the calls' own cost is spread thin), and the search's arrays — the rows, their FFT at twice their
+length, the cross sums and a score per lag — stay small. At 10,000 VAs a cycle's ~670 searches of 480 steps as one
+array peaked at 44 MB (traced), which the allocator then kept; in arrays of 128 rows, 8.4 MB, and 59 ms against 72
+(the arrays stay in the CPU's caches; docs/benchmarks/scale.md, item 35)."""
+
+
 def detect_period(values: np.ndarray | Floats | Sequence[float], config: ForecastConfig) -> int | None:
     """The period of `values` in steps, or None (module docstring: the best local maximum of the lagged
     Pearson correlation, over ≥ `min_overlap` steps and ≥ 1.5 periods of history, at ≥ `min_correlation`).
@@ -597,13 +605,14 @@ def detect_periods(
     by_length: dict[int, list[int]] = {}
     for index, values in enumerate(histories):
         by_length.setdefault(len(values), []).append(index)
-    for n, indices in by_length.items():
+    for n, same_length in by_length.items():
         if n < 2 * config.min_overlap + 1:
             continue
-        rows = [_row(histories[i]) for i in indices]
-        raw = np.array(rows, dtype=np.float64).reshape(len(indices), n)
-        for index, period in zip(indices, _periods(raw, config), strict=True):
-            periods[index] = period
+        for start in range(0, len(same_length), PERIOD_ROWS):
+            indices = same_length[start : start + PERIOD_ROWS]
+            raw = np.array([_row(histories[i]) for i in indices], dtype=np.float64).reshape(len(indices), n)
+            for index, period in zip(indices, _periods(raw, config), strict=True):
+                periods[index] = period
     return periods
 
 
