@@ -253,3 +253,37 @@ def test_wakes_while_cycles_decide_are_held_to_the_wake_goal(p99_ms: float, rati
     assert goal == "< 300 ms (median and p99)"
     assert ratio == pytest.approx(ratio_to_goal, abs=1e-3)
     assert measured == f"median 97 ms, p99 {p99_ms:.0f} ms over 50 wakes, each decide 1.5 s (4 cycles)"
+
+
+def _em(p99_ms_rounds: list[float]) -> dict[str, object]:
+    from tests.servers.em_bench import paced_figures
+
+    rounds = [{"rps": 490.0 + i, "p50_ms": 0.4 + i / 100, "p99_ms": p99} for i, p99 in enumerate(p99_ms_rounds)]
+    bare = [{"rps": 490.0, "p50_ms": 0.3, "p99_ms": 0.5}]
+    return {
+        "rps_ratio": 1.0,
+        "cpu_ratio": 1.0,
+        "adapter_cpu_us_per_request": 70.0,
+        "bare_cpu_us_per_request": 70.0,
+        "paced_500rps": paced_figures(rounds),
+        "bare_paced_500rps": paced_figures(bare),
+    }
+
+
+@pytest.mark.parametrize(
+    ("rounds", "p99_ms", "ratio_to_goal"),
+    [
+        pytest.param([0.6, 3.3, 0.7], 0.7, 0.35, id="one-round-paused"),
+        pytest.param([2.5, 3.3, 0.7], 2.5, 1.25, id="two-rounds-over"),
+        pytest.param([0.9], 0.9, 0.45, id="one-round"),
+    ],
+)
+def test_paced_p99_row_is_the_median_round(rounds: list[float], p99_ms: float, ratio_to_goal: float) -> None:
+    """A pause of the machine in one 5-s round moves that round's p99 several-fold: the row reads the median round
+    and prints every round's p99 beside it."""
+    _what, measured, goal, ratio = _row(bench.summary({"em-auth": _em(rounds)}), "p99 at 500 rps, with front-proxy")
+    assert goal == "< 2 ms"
+    assert ratio == pytest.approx(ratio_to_goal)
+    assert measured.startswith(f"{p99_ms:.2f} ms (p50 ")
+    assert "median of rounds " + "/".join(f"{p:.2f}" for p in rounds) + ";" in measured
+    assert measured.endswith("bare aiohttp 0.50 ms)")
