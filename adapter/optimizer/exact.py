@@ -80,6 +80,11 @@ limiter's decide is ~0.14 s there, at 7 % less cost and 6x the unmet demand. The
 bench` kept their cost through the decomposition, the cuts and the pricing (exact/greedy 0.747 in the median
 fleet); most of that was removing running replicas while adding others, which the one-way bounds now forbid: the
 median is 1.00 (cheaper in 14 of the 35 fleets that both cover, never dearer; covering more demand in 41 of 100).
+
+scipy.optimize and scipy.sparse are imported in the three functions that solve, not with this module: importing
+them adds ~26 MB to the resident set of every process (`wva-adapter serve` 136 → 109 MB after its imports),
+which only a configuration with `optimizer: exact` uses (docs/benchmarks/scale.md, item 36; a test keeps `serve`'s
+imports free of them).
 """
 
 from __future__ import annotations
@@ -89,8 +94,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
-from scipy.sparse import coo_array
 
 from adapter.domain.capacity import VariantSupply
 
@@ -265,6 +268,9 @@ def _solve_program(
     if gpus_free is not None:
         _add_pool_rows(columns, gpus_free, entries, lower, upper)
     row_index, column_index, values = zip(*entries, strict=True)
+    from scipy.optimize import Bounds, LinearConstraint, milp  # imported where solved (module docstring)
+    from scipy.sparse import coo_array
+
     matrix = coo_array((values, (row_index, column_index)), shape=(len(lower), n_x + n_u))
     lo = np.array([min(v.min_replicas, v.max_replicas) for _, v in columns] + [0] * n_u, dtype=float)
     hi = np.array([v.max_replicas for _, v in columns] + unmet_max, dtype=float)
@@ -588,6 +594,9 @@ def _solve_priced(
     if np.any(np.minimum.reduceat(gpus, starts, axis=0).sum(axis=0) > capacity):
         return None  # infeasible: a pool cannot hold even each request's smallest allocation in it
     n = len(value)
+    from scipy.optimize import linprog  # imported where solved (module docstring)
+    from scipy.sparse import coo_array
+
     one_each = coo_array((np.ones(n), (owner, np.arange(n))), shape=(choices.n_requests, n)).tocsr()
     relaxed = linprog(
         value,
@@ -658,6 +667,9 @@ def _choose_split(split: np.ndarray, chosen: np.ndarray, choices: _Choices, *, n
 def _pick(choices: _Choices, capacity: np.ndarray, *, node_limit: int) -> tuple[np.ndarray, bool] | None:
     """The choice program (`_solve_priced`) as a MILP within `capacity`: the index of each request's allocation,
     and whether it is proven optimal."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # imported where solved (module docstring)
+    from scipy.sparse import coo_array
+
     n = len(choices.value)
     one_each = coo_array((np.ones(n), (choices.owner, np.arange(n))), shape=(choices.n_requests, n))
     rows = [LinearConstraint(one_each, 1, 1)]
