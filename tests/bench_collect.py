@@ -16,11 +16,13 @@ Per scale (VAs = models × 3 variants, 10 pods per VA; 1,000 VAs = 334 models an
 
 Each scale runs in its own process (so peak RSS is that scale's): one warm-up cycle, then `--runs` measured
 cycles; medians are reported (wall per stage, and the process' CPU for the cycle, steadier on a shared
-machine), plus ru_maxrss (peak RSS of the process: Python, the fleet, the answers in flight) and tracemalloc's
-peak for one extra cycle (Python allocations of the cycle alone). `--cycles N` goes on to N cycles and reports
-the resident set's growth from the end of the measured runs to the last cycle (steady state: nothing should
-grow). Ratios are against the 1,000-VA row, so 10× more VAs should read ≈10× for linear growth. No asserts:
-figures only. `main` returns the figures for tests/bench.py's summary.
+machine), plus ru_maxrss (peak RSS of the process: Python, the fleet, the answers in flight), the peak RSS of
+the measured cycles alone (`cycles_peak_rss_mb`: VmHWM reset after the warm-up and, with `--histories full`, after
+the histories are put in, which builds a second engine state beside the first for a moment: no `serve` does that)
+and tracemalloc's peak for one extra cycle (Python allocations of the cycle alone). `--cycles N` goes on to N
+cycles and reports the resident set's growth from the end of the measured runs to the last cycle (steady state:
+nothing should grow). Ratios are against the 1,000-VA row, so 10× more VAs should read ≈10× for linear growth. No
+asserts: figures only. `main` returns the figures for tests/bench.py's summary.
 """
 
 from __future__ import annotations
@@ -271,12 +273,26 @@ def rss_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def reset_peak_rss() -> None:
+    """Start the process' peak resident set (VmHWM) again from its resident set now: Linux's /proc/self/clear_refs
+    (value 5, since Linux 4.0), so that `peak_rss_mb_since_reset` reads the peak of what follows alone."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def peak_rss_mb_since_reset() -> float:
+    """The process' peak resident set since `reset_peak_rss` (or since it started), MB: VmHWM of /proc/self/status."""
+    with open("/proc/self/status") as status:
+        line = next(x for x in status if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
 def engine_config(name: str) -> EngineConfig:
     """`default`: no ConfigMap (the saturation-percentage analyzer, V1); `shipped`: manifests/deploy's ConfigMaps
     (the predictive analyzer and its settings, what `serve` runs with out of the box)."""
     if name == "default":
         return EngineConfig()
-    from tests.bench_sim import shipped_configmaps
+    from tests.shipped import shipped_configmaps
 
     entries = shipped_configmaps()
     raw = [(e["namespace"], e["name"], e["data"]) for e in entries]
@@ -360,12 +376,14 @@ async def measure(
                 loop.state = full_histories(loop.state, NOW_S)
             facts = {"pods_collected": len(collection.pods), "dropped": dict(collection.dropped_samples)}
             del collection  # a cycle's collection is garbage once decided: keeping it would count twice
+            reset_peak_rss()  # the measured cycles' own peak, without the warm-up's or the histories put in
             samples = [(await loop.cycle())[:2] for _ in range(runs)]
             rss_by_cycle = [rss_mb()]
             while loop.cycles < cycles:  # steady state: does anything grow from cycle to cycle?
                 await loop.cycle()
                 rss_by_cycle.append(rss_mb())
             peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before tracemalloc's own memory
+            cycles_peak_rss = peak_rss_mb_since_reset()
             tracemalloc.start()
             await loop.cycle()
             _, traced_peak = tracemalloc.get_traced_memory()
@@ -386,6 +404,7 @@ async def measure(
         "median_cpu_s": {s: statistics.median(c[s] for _, c in samples) for s in STAGES},
         "runs": runs,
         "peak_rss_mb": peak_rss,
+        "cycles_peak_rss_mb": cycles_peak_rss,
         "baseline_rss_mb": baseline_rss_mb,
         "tracemalloc_peak_mb": traced_peak / 2**20,
         "cycles": loop.cycles,

@@ -54,7 +54,7 @@ REFIT_CYCLES = 8
 def configs() -> dict[str, Any]:
     from adapter.config.configmaps import ConfigSet
     from adapter.config.engine import EngineConfig
-    from tests.bench_sim import shipped_configmaps
+    from tests.shipped import shipped_configmaps
 
     def build(extra: str) -> EngineConfig:
         entries = shipped_configmaps()

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from scipy import stats
 
 from adapter.analyzers import registry
@@ -39,11 +38,11 @@ from adapter.sim.frontier import Frontier, Hint
 from adapter.sim.misses import RISE, of_simulation
 from adapter.sim.policies import POLICIES, POLICY_ANALYZER, Policy, PolicyError
 from adapter.sim.simulate import RunOptions, Simulation, oracle_bound
+from tests.shipped import shipped_configmaps
 from tests.sim import fidelity
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "examples" / "scenarios" / "bench"
-SHIPPED_CONFIGMAPS = REPO / "manifests" / "deploy" / "configmaps.yaml"
 WORKLOADS = ("azure-code", "azure-conv", "mooncake", "diurnal", "steps", "bursts")
 BASELINES = ("hpa-kv", "keda-queue", "static")
 GOAL_ATTAINMENT = 0.99
@@ -53,16 +52,6 @@ CONFIDENCE = 0.95
 
 
 # ------------------------------------------------------------------------------------------ the default
-
-
-def shipped_configmaps() -> list[dict[str, Any]]:
-    """The ConfigMaps in manifests/deploy/configmaps.yaml as scenario `configmaps:` entries."""
-    entries = []
-    for doc in yaml.safe_load_all(SHIPPED_CONFIGMAPS.read_text(encoding="utf-8")):
-        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap":
-            meta = doc["metadata"]
-            entries.append({"namespace": meta["namespace"], "name": meta["name"], "data": dict(doc.get("data") or {})})
-    return entries
 
 
 def default_policy() -> str:

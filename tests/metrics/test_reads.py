@@ -25,8 +25,8 @@ from adapter.metrics.queries import FIELDS, QueryName, build_queries, reading
 from adapter.reconciler.loop import decide_cycle
 from tests.bench_collect import NOW_S, Fleet, fake_prometheus, make_fleet
 from tests.bench_default import configs
-from tests.bench_sim import shipped_configmaps
 from tests.core.builders import RECOMMENDED_SATURATION, configset
+from tests.shipped import shipped_configmaps
 
 VAS = 60
 CYCLES = 3
