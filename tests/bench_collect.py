@@ -273,11 +273,16 @@ def rss_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def reset_peak_rss() -> None:
+def reset_peak_rss() -> bool:
     """Start the process' peak resident set (VmHWM) again from its resident set now: Linux's /proc/self/clear_refs
-    (value 5, since Linux 4.0), so that `peak_rss_mb_since_reset` reads the peak of what follows alone."""
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
+    (value 5, since Linux 4.0), so that `peak_rss_mb_since_reset` reads the peak of what follows alone. False where
+    the kernel refuses it (a sandbox without clear_refs): the peak then counts from the process' start."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def peak_rss_mb_since_reset() -> float:
@@ -376,14 +381,14 @@ async def measure(
                 loop.state = full_histories(loop.state, NOW_S)
             facts = {"pods_collected": len(collection.pods), "dropped": dict(collection.dropped_samples)}
             del collection  # a cycle's collection is garbage once decided: keeping it would count twice
-            reset_peak_rss()  # the measured cycles' own peak, without the warm-up's or the histories put in
+            was_reset = reset_peak_rss()  # the measured cycles' own peak, without the warm-up's or the histories'
             samples = [(await loop.cycle())[:2] for _ in range(runs)]
             rss_by_cycle = [rss_mb()]
             while loop.cycles < cycles:  # steady state: does anything grow from cycle to cycle?
                 await loop.cycle()
                 rss_by_cycle.append(rss_mb())
             peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before tracemalloc's own memory
-            cycles_peak_rss = peak_rss_mb_since_reset()
+            cycles_peak_rss = peak_rss_mb_since_reset() if was_reset else None
             tracemalloc.start()
             await loop.cycle()
             _, traced_peak = tracemalloc.get_traced_memory()
