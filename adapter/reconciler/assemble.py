@@ -21,8 +21,11 @@ def model_queries(view: ClusterView, configmaps: ConfigSet) -> list[ModelQuery]:
 
 
 def build_snapshot(view: ClusterView, collection: Collection, *, now_s: float) -> Snapshot:
-    known = {v.key for v in view.variants}
-    pods = tuple(p for p in collection.pods if VariantKey(p.namespace, p.variant) in known)
+    """The engine's input: the view's VAs and nodes, the collection's metrics, and only the pods of a VA the view
+    holds, in the collection's order. The pods are matched by (namespace, name) pairs, which hash and compare in C,
+    not by a VariantKey built for each pod: 41 → 6.5 ms a cycle at 100,000 pods (docs/benchmarks/scale.md, item 36)."""
+    known = {(v.key.namespace, v.key.name) for v in view.variants}
+    pods = tuple(p for p in collection.pods if (p.namespace, p.variant) in known)
     return Snapshot(
         taken_at_s=now_s,
         variants=view.variants,
