@@ -9,7 +9,8 @@ Per scale (VAs = models × 3 variants, 10 pods per VA; 1,000 VAs = 334 models an
    `build_queries` makes, the latency histograms included, realistic labels and values, a few NaN from idle
    pods), gzipped for a client that accepts gzip as Prometheus does (each answer compressed once, when first
    asked). The fake runs in a child process so its work and memory are not measured.
-2. `snapshot`: joining the Collection with the inventory's VariantViews into a `Snapshot`.
+2. `snapshot`: joining the Collection with the inventory's VariantViews into a `Snapshot`, as `serve` joins them
+   (`reconciler.assemble.build_snapshot`: the pods of known VAs only).
 3. `decide`: as the reconciler runs it (`decide_cycle`: the GC paused), with the engine state of the previous
    cycle carried over and the clock 30 s later each cycle.
 4. `publish`: `DecisionStore.publish` of the decisions.
@@ -54,12 +55,13 @@ from adapter import engine
 from adapter.app.memory import tune_malloc
 from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
-from adapter.domain.cluster import Collection, ModelQuery
+from adapter.domain.cluster import ClusterView, Collection, ModelQuery
 from adapter.domain.ids import ModelKey, VariantKey
 from adapter.domain.latency import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S
-from adapter.domain.snapshot import DesiredAlloc, ScaleTarget, Snapshot, VariantSpec, VariantStatus, VariantView
+from adapter.domain.snapshot import DesiredAlloc, ScaleTarget, VariantSpec, VariantStatus, VariantView
 from adapter.metrics.collector import PrometheusCollector
 from adapter.metrics.queries import EPP_MODEL_LABEL, Query, QueryName, build_queries
+from adapter.reconciler.assemble import build_snapshot
 from adapter.store.decisions import DecisionStore
 from tests import benchchild
 from tests.metrics import V1_QUERIES
@@ -327,14 +329,7 @@ class Loop:
 
         collection = await self.collector.collect(self.fleet.models, self.fleet.pod_variants)
         mark()
-        snapshot = Snapshot(
-            taken_at_s=now_s,
-            variants=self.fleet.views,
-            pods=collection.pods,
-            models=collection.models,
-            metrics_available=collection.available,
-            unavailable_models=collection.unavailable_models,
-        )
+        snapshot = build_snapshot(ClusterView(variants=self.fleet.views, synced=True), collection, now_s=now_s)
         mark()
         result, self.state = _decide()(snapshot, self.state, self.config, now_s)
         mark()
