@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PB_DIR := adapter/servers/_keda_pb
 PB_STAMP := $(PB_DIR)/externalscaler_pb2.py
 
-.PHONY: install run test unit lint bench bench-sim proto clean fmt prometheus e2e-bins e2e e2e-kind
+.PHONY: install run test unit lint bench bench-sim proto clean fmt prometheus valgrind e2e-bins e2e e2e-kind
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 install: $(STAMP) $(PB_STAMP)
@@ -65,7 +65,12 @@ e2e-kind: install prometheus e2e-bins
 
 test: lint unit e2e
 
-bench: install
+# valgrind (Debian's) for make bench's instruction count of decide (tests/count_instructions.py).
+valgrind:
+	@command -v valgrind >/dev/null && command -v callgrind_control >/dev/null || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends valgrind)
+
+bench: install valgrind
 	$(BIN)/python -m tests.bench
 
 # The decision-quality benchmark: every policy on every workload -> docs/benchmarks/decision-quality.md

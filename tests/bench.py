@@ -56,6 +56,12 @@ BENCHMARKS: tuple[tuple[str, str, str, list[str]], ...] = (
         [],
     ),
     (
+        "decide-count",
+        "decide at 1,000 / 10,000 VAs (V1), instructions counted by valgrind: the work, without noise or caches",
+        "tests.count_instructions",
+        ["--vas", "1000,10000", "--config", "v1", "--cycles", "1"],
+    ),
+    (
         "default",
         "The shipped default (predictive) vs V1: decide at 1,000 / 10,000 VAs; the event loop while it decides",
         "tests.bench_default",
@@ -153,6 +159,18 @@ def summary(figures: dict[str, Any]) -> list[Row]:
         beyond = scale["pairs"].get("10000->20000")
         if beyond is not None:
             rows.append(("  decide, 10k -> 20k VAs, paired (evidence: linear beyond)", f"{beyond:.2f}x CPU", "-", None))
+    count = figures.get("decide-count")
+    if count and "1000->10000" in count["pairs"]:
+        counted = count["pairs"]["1000->10000"]
+        per_va = " / ".join(f"{row['per_va']:,.0f}" for row in count["sizes"].values())
+        rows.append(
+            (
+                "  decide, 1k -> 10k VAs, instructions counted (valgrind: no noise, no caches)",
+                f"{counted:.4f}x ({per_va} instructions a VA, {count['config']})",
+                "<= 10.5x (linear)",
+                counted / 10.5,
+            )
+        )
     rows.extend(_default_rows(figures, large))
     exact_modes = (
         ("v2-exact", "pools over-full"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests import bench
+from tests.count_instructions import counted_figures
 
 SCALE = {
     "rounds": 9,
@@ -42,6 +43,39 @@ def test_paired_decide_row_shows_each_processs_own_ratio() -> None:
 def test_linear_beyond_is_evidence_without_a_goal() -> None:
     _what, measured, goal, ratio = _row(bench.summary({"decide-scale": SCALE}), "decide, 10k -> 20k")
     assert (measured, goal, ratio) == ("2.03x CPU", "-", None)
+
+
+@pytest.mark.parametrize(
+    ("counts", "measured", "ratio_to_goal"),
+    [
+        pytest.param(
+            {1000: 470_326_445, 10000: 4_703_807_108},
+            "10.0012x (470,326 / 470,381 instructions a VA, v1)",
+            0.9525,
+            id="linear",
+        ),
+        pytest.param(
+            {1000: 100_000_000, 10000: 1_100_000_000},
+            "11.0000x (100,000 / 110,000 instructions a VA, v1)",
+            1.0476,
+            id="superlinear",
+        ),
+    ],
+)
+def test_counted_decide_row_is_the_ratio_of_the_counts(
+    counts: dict[int, int], measured: str, ratio_to_goal: float
+) -> None:
+    figures = {"decide-count": counted_figures("v1", 1, counts)}
+    _what, got, goal, ratio = _row(bench.summary(figures), "decide, 1k -> 10k VAs, instructions counted")
+    assert (got, goal) == (measured, "<= 10.5x (linear)")
+    assert ratio == pytest.approx(ratio_to_goal, abs=1e-4)
+
+
+def test_counted_figures_per_va_a_cycle_and_each_pair() -> None:
+    figures = counted_figures("profiles", 2, {3000: 600, 300: 60, 30000: 6_600})
+    assert list(figures["sizes"]) == ["300", "3000", "30000"]
+    assert figures["sizes"]["300"] == {"instructions": 60, "per_va": 0.1}
+    assert figures["pairs"] == {"300->3000": 10.0, "3000->30000": 11.0}
 
 
 def test_the_queueing_analyzers_decide_is_evidence_without_a_goal() -> None:
