@@ -16,7 +16,7 @@ measured cycle — two codes that print the same digest decided the same, so the
 Under valgrind a cycle runs ~60× slower: 300 VAs and 3 cycles take ~5 minutes. Figures only, never an assertion.
 
 With several sizes (`--vas 1000,10000`) each is counted in its own process and the ratio of their counts printed:
-`make bench` counts V1's decide at 1,000 and 10,000 VAs (~2 minutes), the issue-22 row "decide, 1k → 10k" without
+`make bench` counts V1's decide at 1,000 and 10,000 VAs (~1 minute), the issue-22 row "decide, 1k → 10k" without
 the noise and the caches that move its CPU-time ratio (docs/benchmarks/scale.md, item 37).
 """
 
