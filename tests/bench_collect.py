@@ -53,7 +53,6 @@ from aiohttp import web
 
 from adapter import engine
 from adapter.app.memory import tune_malloc
-from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import ClusterView, Collection, ModelQuery
 from adapter.domain.ids import ModelKey, VariantKey
@@ -299,11 +298,9 @@ def engine_config(name: str) -> EngineConfig:
     (the predictive analyzer and its settings, what `serve` runs with out of the box)."""
     if name == "default":
         return EngineConfig()
-    from tests.shipped import shipped_configmaps
+    from tests.shipped import configset_of, shipped_configmaps
 
-    entries = shipped_configmaps()
-    raw = [(e["namespace"], e["name"], e["data"]) for e in entries]
-    return EngineConfig(configmaps=ConfigSet.from_raw(raw, controller_namespace=entries[0]["namespace"]))
+    return EngineConfig(configmaps=configset_of(shipped_configmaps()))
 
 
 @dataclass

@@ -52,17 +52,15 @@ REFIT_CYCLES = 8
 
 
 def configs() -> dict[str, Any]:
-    from adapter.config.configmaps import ConfigSet
     from adapter.config.engine import EngineConfig
-    from tests.shipped import shipped_configmaps
+    from tests.shipped import configset_of, shipped_configmaps
 
     def build(extra: str) -> EngineConfig:
         entries = shipped_configmaps()
         for entry in entries:
             if entry["name"] == "wva-queueing-model-config" and extra:
                 entry["data"] = {**entry["data"], "default": entry["data"]["default"] + extra}
-        raw = [(e["namespace"], e["name"], e["data"]) for e in entries]
-        return EngineConfig(configmaps=ConfigSet.from_raw(raw, controller_namespace=entries[0]["namespace"]))
+        return EngineConfig(configmaps=configset_of(entries))
 
     return {"v1": EngineConfig(), "profiles": build(PROFILES), "learning": build("")}
 

@@ -32,13 +32,12 @@ from scipy import stats
 
 from adapter.analyzers import registry
 from adapter.app.simulate import find_frontier, run_scenario
-from adapter.config.configmaps import ConfigSet
 from adapter.sim import scenario as scenario_module
 from adapter.sim.frontier import Frontier, Hint
 from adapter.sim.misses import RISE, of_simulation
 from adapter.sim.policies import POLICIES, POLICY_ANALYZER, Policy, PolicyError
 from adapter.sim.simulate import RunOptions, Simulation, oracle_bound
-from tests.shipped import shipped_configmaps
+from tests.shipped import configset_of, shipped_configmaps
 from tests.sim import fidelity
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,11 +55,7 @@ CONFIDENCE = 0.95
 
 def default_policy() -> str:
     """The policy whose analyzer the shipped ConfigMaps select (the engine's own choice)."""
-    entries = shipped_configmaps()
-    configset = ConfigSet.from_raw(
-        [(e["namespace"], e["name"], e["data"]) for e in entries],
-        controller_namespace=entries[0]["namespace"],
-    )
+    configset = configset_of(shipped_configmaps())
     model = scenario_module.load(SCENARIOS / "steps.yaml").model
     analyzer = registry.choose(configset, model, configset.saturation(model)[0]).name
     by_analyzer = {a: p for p, a in POLICY_ANALYZER.items()}

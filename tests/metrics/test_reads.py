@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from adapter import engine
-from adapter.config.configmaps import ConfigSet
 from adapter.config.engine import EngineConfig
 from adapter.domain.cluster import Collection, ModelQuery
 from adapter.domain.snapshot import Snapshot
@@ -26,7 +25,7 @@ from adapter.reconciler.loop import decide_cycle
 from tests.bench_collect import NOW_S, Fleet, fake_prometheus, make_fleet
 from tests.bench_default import configs
 from tests.core.builders import RECOMMENDED_SATURATION, configset
-from tests.shipped import shipped_configmaps
+from tests.shipped import configset_of, shipped_configmaps
 
 VAS = 60
 CYCLES = 3
@@ -39,8 +38,7 @@ def _queueing() -> EngineConfig:
     """The shipped ConfigMaps without the saturation one, whose `analyzerName: predictive` selects the predictive
     analyzer: the queueing model's `default` entry then selects the queueing model."""
     entries = [e for e in shipped_configmaps() if e["name"] != "wva-saturation-scaling-config"]
-    raw = [(e["namespace"], e["name"], e["data"]) for e in entries]
-    return EngineConfig(configmaps=ConfigSet.from_raw(raw, controller_namespace=entries[0]["namespace"]))
+    return EngineConfig(configmaps=configset_of(entries))
 
 
 CASES: dict[str, tuple[Callable[[], EngineConfig], set[QueryName]]] = {
