@@ -76,6 +76,16 @@ def test_counted_figures_per_va_a_cycle_and_each_pair() -> None:
     assert list(figures["sizes"]) == ["300", "3000", "30000"]
     assert figures["sizes"]["300"] == {"instructions": 60, "per_va": 0.1}
     assert figures["pairs"] == {"300->3000": 10.0, "3000->30000": 11.0}
+    assert "last_miss_pairs" not in figures
+
+
+def test_counted_figures_with_simulated_misses_a_va_and_the_last_levels_pairs() -> None:
+    misses = {10000: (26_500_000, 708_000), 1000: (2_650_000, 28_200)}
+    figures = counted_figures("v1", 3, {1000: 1_416_000_000, 10000: 14_160_000_000}, misses)
+    assert figures["sizes"]["1000"]["first_misses_per_va"] == pytest.approx(883.33, abs=0.01)
+    assert figures["sizes"]["1000"]["last_misses_per_va"] == pytest.approx(9.4)
+    assert figures["sizes"]["10000"]["last_misses_per_va"] == pytest.approx(23.6)
+    assert figures["last_miss_pairs"] == {"1000->10000": pytest.approx(708_000 / 28_200)}
 
 
 def test_the_queueing_analyzers_decide_is_evidence_without_a_goal() -> None:

@@ -8,7 +8,7 @@ import pytest
 from adapter import engine
 from tests.bench_collect import NOW_S
 from tests.bench_default import configs, fleet_snapshot
-from tests.count_instructions import _total, digest_of
+from tests.count_instructions import _data_misses, _totals, digest_of
 
 HEADER = "version: 1\ncreator: callgrind-3.19.0\npid: 21231\ncmd: python\npart: 1\n\npositions: line\nevents: Ir\n"
 
@@ -24,12 +24,36 @@ HEADER = "version: 1\ncreator: callgrind-3.19.0\npid: 21231\ncmd: python\npart: 
     ],
 )
 def test_total_reads_the_summary(text: str, want: int) -> None:
-    assert _total(text) == want
+    assert _totals(text) == {"Ir": want}
 
 
 def test_total_without_a_summary_says_so() -> None:
     with pytest.raises(ValueError, match="no totals or summary line"):
-        _total(HEADER)
+        _totals(HEADER)
+
+
+SIMULATED = HEADER.replace("events: Ir\n", "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n")
+
+
+@pytest.mark.parametrize(
+    ("totals", "want"),
+    [
+        pytest.param(
+            "totals: 14171659529 4175333995 2429556708 157401497 57605037 21890564 16849 235878 470701",
+            (57_605_037 + 21_890_564, 235_878 + 470_701),
+            id="every-event",
+        ),
+        # callgrind leaves out trailing zeros: no write missed the last level
+        pytest.param("totals: 900 300 200 10 40 7 1 5", (47, 5), id="trailing-zero-dropped"),
+    ],
+)
+def test_data_misses_add_reads_and_writes_at_each_level(totals: str, want: tuple[int, int]) -> None:
+    assert _data_misses(_totals(SIMULATED + "summary: 0\n\nfl=(1)\n" + totals + "\n")) == want
+
+
+def test_data_misses_without_the_simulation_says_so() -> None:
+    with pytest.raises(ValueError, match="without the cache simulation's events"):
+        _data_misses(_totals(HEADER + "totals: 1234\n"))
 
 
 def test_the_digest_tells_two_cycles_apart_and_repeats_for_the_same() -> None:
