@@ -189,8 +189,8 @@ def counted_figures(
 def _totals(callgrind_out: str) -> dict[str, int]:
     """Each event's total, by the names of the `events:` line, from a callgrind output file: its `totals:` line,
     else its `summary:` line. With counting off at the start (`--instr-atstart=no`) callgrind writes `summary: 0` in
-    the header and the real counts in `totals:` at the end. Events not in the line (callgrind drops trailing
-    zeros) are 0.
+    the header and the real counts in `totals:` at the end. Events not in the line are 0 (the format's rule: a line
+    with fewer counts than events leaves the rest at zero).
 
     Example: "events: Ir Dr" and "totals: 120 30" -> {"Ir": 120, "Dr": 30}."""
     names: list[str] = ["Ir"]

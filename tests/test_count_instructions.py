@@ -43,7 +43,7 @@ SIMULATED = HEADER.replace("events: Ir\n", "events: Ir Dr Dw I1mr D1mr D1mw ILmr
             (57_605_037 + 21_890_564, 235_878 + 470_701),
             id="every-event",
         ),
-        # callgrind leaves out trailing zeros: no write missed the last level
+        # the format lets a line end early, the rest zero: no write missed the last level
         pytest.param("totals: 900 300 200 10 40 7 1 5", (47, 5), id="trailing-zero-dropped"),
     ],
 )
